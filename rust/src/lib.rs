@@ -1,0 +1,11 @@
+//! memlane's Rust core: exact token counting, the conversation budget ledger and the
+//! embedded memory stores. Plain Rust modules; the PyO3 glue lives only in `py.rs`
+//! (behind the `python` feature) so `cargo test` runs without an interpreter.
+
+pub mod tokens;
+
+#[cfg(feature = "python")]
+mod py;
+
+/// The crate version, exported to Python so the package and the extension never disagree.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# The whole test suite, from a fresh clone: installs what the tests need into .venv, builds the
+# extension, runs the Rust unit tests, then pytest twice — once on the Rust path and once with
+# MEMLANE_PURE_PYTHON=1. Any failure (including "no tests ran") exits non-zero.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON=${PYTHON:-python3}
+VENV=${MEMLANE_VENV:-.venv}
+
+if [ ! -x "$VENV/bin/python" ]; then
+    "$PYTHON" -m venv "$VENV"
+fi
+"$VENV/bin/python" -m pip install -q --upgrade pip
+echo "== installing memlane (builds the Rust extension) and the test dependencies"
+"$VENV/bin/python" -m pip install -q -e '.[test]'
+
+if [ -f tests/install_servers.sh ]; then
+    echo "== installing the database servers the tests start"
+    bash tests/install_servers.sh
+fi
+
+echo "== cargo test (Rust core, no Python)"
+cargo test --quiet --lib
+
+echo "== pytest, Rust path"
+"$VENV/bin/python" -c 'import memlane, sys; print("backend:", memlane.BACKEND); sys.exit(memlane.BACKEND != "rust")'
+"$VENV/bin/python" -m pytest "$@"
+
+echo "== pytest, pure-Python path (MEMLANE_PURE_PYTHON=1)"
+MEMLANE_PURE_PYTHON=1 "$VENV/bin/python" -c 'import memlane, sys; print("backend:", memlane.BACKEND); sys.exit(memlane.BACKEND != "python")'
+MEMLANE_PURE_PYTHON=1 "$VENV/bin/python" -m pytest "$@"

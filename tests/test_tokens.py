@@ -1,0 +1,246 @@
+"""Token counting: exact counts equal on both paths and against OpenAI's tiktoken."""
+
+from __future__ import annotations
+
+import json
+import logging
+import pickle
+import subprocess
+import sys
+import time
+from typing import Any
+
+import pytest
+import tiktoken
+from hypothesis import given, strategies as st
+
+import memlane
+from memlane._pure.tokens import _PATTERNS, ENCODING_NAMES, load_ranks
+from memlane.tokens import PyTokenEstimator
+
+from conftest import require_rust_core
+
+ORACLES = {
+    name: tiktoken.Encoding(
+        f"memlane-test-{name}",
+        pat_str=_PATTERNS[name],
+        mergeable_ranks=load_ranks(name),
+        special_tokens={},
+    )
+    for name in ENCODING_NAMES
+}
+
+
+def make(backend: str, **kwargs: Any) -> Any:
+    if backend == "rust":
+        return require_rust_core().TokenEstimator(**kwargs)
+    return PyTokenEstimator(**kwargs)
+
+
+# Text that exercises every branch of the pre-tokenizer patterns.
+code_text = st.sampled_from(
+    [
+        "def f(x):\n    return x ** 2  # square\n",
+        "for (int i = 0; i < n; ++i) { a[i] = b[i]; }",
+        '{"key": [1, 2.5e-3, null, true], "nested": {"a": "b"}}',
+        "SELECT * FROM t WHERE name = 'O''Brien';",
+    ]
+)
+unicode_text = st.text(
+    alphabet=st.characters(codec=None, exclude_categories=("Cs",)), max_size=300
+)
+cjk_emoji = st.lists(
+    st.sampled_from(
+        list("日本語中文한국어テキスト漢字") + ["🎉", "👍🏽", "👨‍👩‍👧", "🇫🇷", "e\u0301", "\u0308", "ﷺ"]
+    ),
+    max_size=100,
+).map("".join)
+whitespace_runs = st.text(alphabet=st.sampled_from([" ", "\t", "\n", "\r", "\u00a0", "\u3000", "\x1c", "x"]), max_size=80)
+long_words = st.builds(lambda c, n: c * n, st.sampled_from(["a", "Z", "!", "9", "é", "字", "ab"]), st.integers(50, 3000))
+contractions = st.lists(st.sampled_from(["I'm", "you'RE", "it'S", "don't", "'ll", "'Ve", "x'd", "'"]), max_size=20).map(" ".join)
+json_text = st.recursive(
+    st.none() | st.booleans() | st.floats(allow_nan=False) | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=10,
+).map(json.dumps)
+
+any_text = st.one_of(unicode_text, cjk_emoji, whitespace_runs, long_words, contractions, json_text, code_text)
+mixed_text = st.lists(any_text, max_size=5).map("".join)
+
+
+class TestExactCountsAgree:
+    """The Rust counter, the Python twin and tiktoken give identical counts for any text."""
+
+    @pytest.mark.parametrize("encoding_name", ENCODING_NAMES)
+    @given(text=mixed_text)
+    def test_rust_python_and_tiktoken_agree(self, encoding_name: str, text: str) -> None:
+        rust = make("rust", encoding_name=encoding_name)
+        py = make("python", encoding_name=encoding_name)
+        expected = len(ORACLES[encoding_name].encode_ordinary(text))
+        assert rust.estimate(text) == py.estimate(text) == expected
+
+    @given(texts=st.lists(mixed_text, max_size=20))
+    def test_estimate_many_equals_mapped_estimate(self, texts: list[str]) -> None:
+        for backend in ("rust", "python"):
+            est = make(backend)
+            assert est.estimate_many(texts) == [est.estimate(t) for t in texts]
+        assert make("rust").estimate_many(texts) == make("python").estimate_many(texts)
+
+    @given(text=st.text(max_size=50))
+    def test_lone_surrogates_are_counted_like_tiktoken(self, text: str) -> None:
+        salted = "\ud800" + text + "\udfff" + "\ud83d\ude00"
+        expected = len(ORACLES["o200k_base"].encode_ordinary(salted))
+        assert make("rust").estimate(salted) == make("python").estimate(salted) == expected
+
+    def test_large_batch_runs_in_parallel_and_in_order(self) -> None:
+        texts = [f"message {i}: " + "lorem ipsum dolor " * (i % 40) for i in range(3000)]
+        rust, py = make("rust"), make("python")
+        assert rust.estimate_many(texts) == py.estimate_many(texts)
+
+    @pytest.mark.parametrize(
+        ("text", "expected"),
+        [("", 0), ("hello world", 2), ("<|endoftext|>", 7), ("a" * 5000, 625)],
+    )
+    def test_known_counts(self, backend: str, text: str, expected: int) -> None:
+        assert make(backend).estimate(text) == expected
+
+
+class TestHeuristicMode:
+    """Heuristic mode counts whitespace words times tokens_per_word, at least 1 if non-empty."""
+
+    @given(text=st.one_of(unicode_text, whitespace_runs, mixed_text), tpw=st.floats(0.01, 10))
+    def test_both_paths_follow_python_split(self, text: str, tpw: float) -> None:
+        expected = 0 if not text else max(1, int(len(text.split()) * tpw))
+        for backend in ("rust", "python"):
+            assert make(backend, mode="heuristic", tokens_per_word=tpw).estimate(text) == expected
+
+    def test_defaults(self, backend: str) -> None:
+        est = make(backend, mode="heuristic")
+        assert est.estimate("one two three four") == 5  # int(4 * 1.33)
+        assert est.estimate("   ") == 1
+        assert est.estimate("") == 0
+
+
+class TestApi:
+    """Constructor defaults, fits, repr and pickling behave the same on both paths."""
+
+    def test_defaults(self, backend: str) -> None:
+        est = make(backend)
+        assert (est.encoding_name, est.tokens_per_word, est.mode) == ("o200k_base", 1.33, "exact")
+        assert repr(est) == "TokenEstimator(encoding_name='o200k_base', tokens_per_word=1.33, mode='exact')"
+
+    def test_fits(self, backend: str) -> None:
+        est = make(backend)
+        assert est.fits("hello world", 2)
+        assert not est.fits("hello world", 1)
+        assert est.fits("", 0)
+        assert not est.fits("x", -1)
+
+    def test_pickle_round_trip(self, backend: str) -> None:
+        est = make(backend, encoding_name="cl100k_base", mode="heuristic", tokens_per_word=2.0)
+        clone = pickle.loads(pickle.dumps(est))
+        assert repr(clone) == repr(est)
+
+    def test_public_class_is_the_active_backend(self) -> None:
+        expected = "memlane._core" if memlane.BACKEND == "rust" else "memlane._pure.tokens"
+        assert memlane.TokenEstimator.__module__ == expected
+
+
+class TestBadInput:
+    """Bad input raises the same precise exception on both paths."""
+
+    @pytest.mark.parametrize("bad", [None, 3, b"bytes", ["a"]])
+    def test_non_str_text(self, backend: str, bad: object) -> None:
+        with pytest.raises(TypeError, match=f"^text must be str, not {type(bad).__name__}$"):
+            make(backend).estimate(bad)
+
+    def test_estimate_many_names_the_bad_item(self, backend: str) -> None:
+        with pytest.raises(TypeError, match=r"^texts\[2\] must be str, not int$"):
+            make(backend).estimate_many(["a", "b", 3])
+        with pytest.raises(TypeError, match="^texts must be an iterable of str, not str$"):
+            make(backend).estimate_many("abc")
+        with pytest.raises(TypeError, match="^texts must be an iterable of str, not int$"):
+            make(backend).estimate_many(5)
+
+    @pytest.mark.parametrize("name", ["gpt2", "", "O200K_BASE", 5])
+    def test_unknown_encoding_lists_valid_ones(self, backend: str, name: object) -> None:
+        message = f"unknown encoding_name {name!r}; valid: 'cl100k_base', 'o200k_base'"
+        with pytest.raises(ValueError) as info:
+            make(backend, encoding_name=name)
+        assert str(info.value) == message
+
+    @pytest.mark.parametrize("mode", ["fast", None, 1])
+    def test_unknown_mode_lists_valid_ones(self, backend: str, mode: object) -> None:
+        with pytest.raises(ValueError) as info:
+            make(backend, mode=mode)
+        assert str(info.value) == f"unknown mode {mode!r}; valid: 'exact', 'heuristic'"
+
+    @pytest.mark.parametrize("tpw", [0, -1.0, float("nan"), float("inf"), True, "1.3", 10**400])
+    def test_bad_tokens_per_word(self, backend: str, tpw: object) -> None:
+        with pytest.raises(ValueError) as info:
+            make(backend, tokens_per_word=tpw)
+        assert str(info.value) == f"tokens_per_word must be a finite number > 0, got {tpw!r}"
+
+    def test_fits_rejects_non_int_limit(self, backend: str) -> None:
+        with pytest.raises(TypeError, match="^max_tokens must be int, not float$"):
+            make(backend).fits("x", 1.5)
+
+    def test_positional_arguments_are_rejected(self, backend: str) -> None:
+        with pytest.raises(TypeError):
+            make(backend).__class__("o200k_base")
+
+
+class TestPathologicalInput:
+    """A megabyte without whitespace finishes in bounded time on both paths (not quadratic)."""
+
+    @pytest.mark.slow
+    @pytest.mark.parametrize("text", ["a" * (1 << 20), "!" * (1 << 20), "x7" * (1 << 19)], ids=["letters", "punct", "mixed"])
+    def test_one_megabyte(self, backend: str, text: str) -> None:
+        est = make(backend)
+        start = time.perf_counter()
+        count = est.estimate(text)
+        elapsed = time.perf_counter() - start
+        assert count == make("rust").estimate(text)
+        # A quadratic merge needs hours here; the bound only guards against that class.
+        assert elapsed < 60, f"{backend}: {elapsed:.1f}s"
+
+
+class TestBackendSelection:
+    """The extension is used when importable; the twin otherwise, with one debug line."""
+
+    def run(self, code: str, **env: str) -> str:
+        import os
+
+        full_env = {**os.environ, **env}
+        full_env.pop("MEMLANE_PURE_PYTHON", None) if "MEMLANE_PURE_PYTHON" not in env else None
+        out = subprocess.run([sys.executable, "-c", code], env=full_env, capture_output=True, text=True, check=True)
+        return out.stdout.strip()
+
+    def test_forced_pure_python(self) -> None:
+        assert self.run("import memlane; print(memlane.BACKEND)", MEMLANE_PURE_PYTHON="1") == "python"
+
+    def test_rust_by_default(self) -> None:
+        require_rust_core()
+        assert self.run("import memlane; print(memlane.BACKEND)") == "rust"
+
+    def test_broken_extension_falls_back_with_debug_line(self) -> None:
+        code = (
+            "import logging, sys; logging.basicConfig(level=logging.DEBUG, stream=sys.stdout, format='%(message)s');"
+            "sys.modules['memlane._core'] = None;"
+            "import memlane; print(memlane.BACKEND); print(memlane.TokenEstimator().estimate('hi there'))"
+        )
+        lines = self.run(code).splitlines()
+        assert lines[-2:] == ["python", "2"]
+        assert sum("pure-Python backend" in line for line in lines) == 1
+
+    def test_debug_line_is_silent_by_default(self, caplog: pytest.LogCaptureFixture) -> None:
+        with caplog.at_level(logging.WARNING, logger="memlane"):
+            assert self.run("import memlane", MEMLANE_PURE_PYTHON="1") == ""
+
+
+class TestConstructorKeywords:
+    """Only the documented keywords are accepted, and only by keyword."""
+
+    def test_unknown_keyword(self, backend: str) -> None:
+        with pytest.raises(TypeError, match="unexpected keyword argument 'encoding'"):
+            make(backend, encoding="o200k_base")
