@@ -9,11 +9,44 @@ from __future__ import annotations
 from importlib.metadata import PackageNotFoundError, version
 
 from memlane._backend import BACKEND
+from memlane.conversation import ConversationMemory
+from memlane.errors import (
+    ConversationNotFoundError,
+    CorruptStoreError,
+    InvalidValueError,
+    MemlaneError,
+    StoreConnectionError,
+    UnstorableValueError,
+)
+from memlane.manager import MemoryManager
+from memlane.store import FileStore, InMemoryStore, MemoryStore, SQLiteStore
 from memlane.tokens import TokenEstimator
+from memlane.types import ConversationTurn, MemoryEntry, MemoryScope
+from memlane.working import WorkingMemory
 
 try:
     __version__ = version("memlane")
 except PackageNotFoundError:  # running from a source tree that was never installed
     __version__ = "0.0.0"
 
-__all__ = ["BACKEND", "TokenEstimator", "__version__"]
+__all__ = [
+    "BACKEND",
+    "ConversationMemory",
+    "ConversationNotFoundError",
+    "ConversationTurn",
+    "CorruptStoreError",
+    "FileStore",
+    "InMemoryStore",
+    "InvalidValueError",
+    "MemlaneError",
+    "MemoryEntry",
+    "MemoryManager",
+    "MemoryScope",
+    "MemoryStore",
+    "SQLiteStore",
+    "StoreConnectionError",
+    "TokenEstimator",
+    "UnstorableValueError",
+    "WorkingMemory",
+    "__version__",
+]

@@ -1,0 +1,288 @@
+"""Pure-Python twins of the Rust store tables.
+
+These work on primitives (ids, keys, expiry as Unix seconds, JSON text) so that the Rust and
+Python versions can be compared call for call; :mod:`memlane.store` turns rows into
+:class:`~memlane.types.MemoryEntry` objects once, for both.
+
+Shared semantics (the Rust tables follow them exactly):
+
+* ``save`` with an ``entry_id`` already in the namespace replaces it in place (its position
+  is kept); an ``entry_id`` held by another namespace moves to the end of this one.
+* A key is unique within a namespace: saving an entry whose key another entry holds removes
+  that other entry in the same step, so two entries never share a key.
+* ``load`` returns unexpired entries in insertion order; expired entries are never returned
+  but still hold their key until ``cleanup_expired`` or an overwrite removes them.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+Row = tuple[str, str, str | None, str, str, str, float | None, float]
+"""A persisted entry: entry_id, scope, key, content JSON, metadata JSON, created_at ISO,
+expires_at (Unix seconds or None), importance."""
+
+
+def _live(expires_at: float | None, now: float) -> bool:
+    return expires_at is None or expires_at > now
+
+
+@dataclass
+class _Slot:
+    entry_id: str
+    key: str | None
+    expires_at: float | None
+    payload: Any
+
+
+@dataclass
+class _Namespace:
+    slots: dict[str, _Slot] = field(default_factory=dict)  # entry_id -> slot, insertion order
+    keys: dict[str, str] = field(default_factory=dict)  # key -> entry_id
+
+
+class MemoryTable:
+    """Entries per namespace with a key index: ``load_by_key`` is a dict lookup, not a scan."""
+
+    def __init__(self) -> None:
+        self._namespaces: dict[str, _Namespace] = {}
+        self._owner: dict[str, str] = {}  # entry_id -> namespace
+        self._lock = threading.Lock()
+
+    def _drop(self, ns: _Namespace, namespace: str, entry_id: str) -> None:
+        slot = ns.slots.pop(entry_id)
+        if slot.key is not None and ns.keys.get(slot.key) == entry_id:
+            del ns.keys[slot.key]
+        del self._owner[entry_id]
+        if not ns.slots:
+            del self._namespaces[namespace]
+
+    def save(
+        self,
+        namespace: str,
+        entry_id: str,
+        key: str | None,
+        expires_at: float | None,
+        payload: Any,
+    ) -> None:
+        """Inserts or replaces one entry (see the module docstring for the rules)."""
+        with self._lock:
+            owner = self._owner.get(entry_id)
+            if owner is not None and owner != namespace:
+                self._drop(self._namespaces[owner], owner, entry_id)
+            ns = self._namespaces.setdefault(namespace, _Namespace())
+            if key is not None:
+                holder = ns.keys.get(key)
+                if holder is not None and holder != entry_id:
+                    self._drop(ns, namespace, holder)
+                    ns = self._namespaces.setdefault(namespace, _Namespace())
+            slot = ns.slots.get(entry_id)
+            if slot is None:
+                ns.slots[entry_id] = _Slot(entry_id, key, expires_at, payload)
+                self._owner[entry_id] = namespace
+            else:
+                if slot.key is not None and slot.key != key:
+                    del ns.keys[slot.key]
+                slot.key, slot.expires_at, slot.payload = key, expires_at, payload
+            if key is not None:
+                ns.keys[key] = entry_id
+
+    def load(self, namespace: str, now: float) -> list[Any]:
+        """Unexpired payloads of a namespace, in insertion order."""
+        with self._lock:
+            ns = self._namespaces.get(namespace)
+            if ns is None:
+                return []
+            return [s.payload for s in ns.slots.values() if _live(s.expires_at, now)]
+
+    def load_by_key(self, namespace: str, key: str, now: float) -> Any:
+        """The unexpired payload holding ``key``, or ``None``."""
+        with self._lock:
+            ns = self._namespaces.get(namespace)
+            if ns is None:
+                return None
+            entry_id = ns.keys.get(key)
+            if entry_id is None:
+                return None
+            slot = ns.slots[entry_id]
+            return slot.payload if _live(slot.expires_at, now) else None
+
+    def delete(self, namespace: str, entry_id: str) -> bool:
+        """Removes an entry of this namespace; whether there was one."""
+        with self._lock:
+            ns = self._namespaces.get(namespace)
+            if ns is None or entry_id not in ns.slots:
+                return False
+            self._drop(ns, namespace, entry_id)
+            return True
+
+    def clear(self, namespace: str) -> int:
+        """Removes every entry of a namespace (expired ones too); how many there were."""
+        with self._lock:
+            ns = self._namespaces.pop(namespace, None)
+            if ns is None:
+                return 0
+            for entry_id in ns.slots:
+                del self._owner[entry_id]
+            return len(ns.slots)
+
+    def cleanup_expired(self, now: float) -> int:
+        """Removes expired entries everywhere; how many."""
+        with self._lock:
+            doomed = [
+                (name, s.entry_id)
+                for name, ns in self._namespaces.items()
+                for s in ns.slots.values()
+                if not _live(s.expires_at, now)
+            ]
+            for name, entry_id in doomed:
+                self._drop(self._namespaces[name], name, entry_id)
+            return len(doomed)
+
+    def namespaces(self) -> list[str]:
+        """Namespaces that hold at least one entry, in creation order."""
+        with self._lock:
+            return list(self._namespaces)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._owner)
+
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS memory_entries (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    entry_id TEXT NOT NULL UNIQUE,
+    namespace TEXT NOT NULL,
+    scope TEXT NOT NULL,
+    key TEXT,
+    content TEXT NOT NULL,
+    metadata TEXT NOT NULL DEFAULT '{}',
+    created_at TEXT NOT NULL,
+    expires_at REAL,
+    importance REAL NOT NULL DEFAULT 0.5 CHECK (importance BETWEEN 0 AND 1)
+);
+CREATE INDEX IF NOT EXISTS memory_entries_namespace ON memory_entries (namespace, seq);
+CREATE UNIQUE INDEX IF NOT EXISTS memory_entries_namespace_key
+    ON memory_entries (namespace, key) WHERE key IS NOT NULL;
+CREATE INDEX IF NOT EXISTS memory_entries_expires_at
+    ON memory_entries (expires_at) WHERE expires_at IS NOT NULL;
+"""
+"""The on-disk schema, shared byte for byte with the Rust table so either can open a file."""
+
+PRAGMAS = ("PRAGMA journal_mode=WAL", "PRAGMA synchronous=NORMAL", "PRAGMA busy_timeout=30000")
+"""WAL with synchronous=NORMAL: durable across process crashes, one fsync per checkpoint."""
+
+_COLUMNS = "entry_id, scope, key, content, metadata, created_at, expires_at, importance"
+
+
+class SqliteTable:
+    """The SQLite store on stdlib ``sqlite3``: every call is one transaction."""
+
+    def __init__(self, path: str) -> None:
+        if path != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        self._conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30)
+        self._lock = threading.Lock()
+        for pragma in PRAGMAS:
+            self._conn.execute(pragma)
+        with self._lock:
+            self._conn.executescript(SCHEMA)
+
+    def _upsert(self, namespace: str, row: Row) -> None:
+        entry_id, key = row[0], row[2]
+        if key is not None:
+            self._conn.execute(
+                "DELETE FROM memory_entries WHERE namespace = ? AND key = ? AND entry_id != ?",
+                (namespace, key, entry_id),
+            )
+        self._conn.execute(
+            "DELETE FROM memory_entries WHERE entry_id = ? AND namespace != ?",
+            (entry_id, namespace),
+        )
+        self._conn.execute(
+            f"INSERT INTO memory_entries (namespace, {_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
+            "ON CONFLICT (entry_id) DO UPDATE SET scope = excluded.scope, key = excluded.key, "
+            "content = excluded.content, metadata = excluded.metadata, "
+            "created_at = excluded.created_at, expires_at = excluded.expires_at, "
+            "importance = excluded.importance",
+            (namespace, *row),
+        )
+
+    def save_many(self, namespace: str, rows: list[Row]) -> None:
+        """Upserts rows in one transaction: all of them are written or none."""
+        with self._lock:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                for row in rows:
+                    self._upsert(namespace, row)
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            self._conn.execute("COMMIT")
+
+    def save(self, namespace: str, row: Row) -> None:
+        """Upserts one row atomically."""
+        self.save_many(namespace, [row])
+
+    def load(self, namespace: str, now: float) -> list[Row]:
+        """Unexpired rows of a namespace, in insertion order."""
+        with self._lock:
+            cur = self._conn.execute(
+                f"SELECT {_COLUMNS} FROM memory_entries WHERE namespace = ? "
+                "AND (expires_at IS NULL OR expires_at > ?) ORDER BY seq",
+                (namespace, now),
+            )
+            return list(cur.fetchall())
+
+    def load_by_key(self, namespace: str, key: str, now: float) -> Row | None:
+        """The unexpired row holding ``key``, or ``None``."""
+        with self._lock:
+            cur = self._conn.execute(
+                f"SELECT {_COLUMNS} FROM memory_entries WHERE namespace = ? AND key = ? "
+                "AND (expires_at IS NULL OR expires_at > ?)",
+                (namespace, key, now),
+            )
+            row: Row | None = cur.fetchone()
+            return row
+
+    def delete(self, namespace: str, entry_id: str) -> bool:
+        """Removes an entry of this namespace; whether there was one."""
+        with self._lock:
+            cur = self._conn.execute(
+                "DELETE FROM memory_entries WHERE namespace = ? AND entry_id = ?",
+                (namespace, entry_id),
+            )
+            return cur.rowcount > 0
+
+    def clear(self, namespace: str) -> int:
+        """Removes every entry of a namespace; how many there were."""
+        with self._lock:
+            return self._conn.execute(
+                "DELETE FROM memory_entries WHERE namespace = ?", (namespace,)
+            ).rowcount
+
+    def cleanup_expired(self, now: float) -> int:
+        """Removes expired entries everywhere; how many."""
+        with self._lock:
+            return self._conn.execute(
+                "DELETE FROM memory_entries WHERE expires_at IS NOT NULL AND expires_at <= ?",
+                (now,),
+            ).rowcount
+
+    def namespaces(self) -> list[str]:
+        """Namespaces that hold at least one entry, in order of their oldest entry."""
+        with self._lock:
+            cur = self._conn.execute(
+                "SELECT namespace FROM memory_entries GROUP BY namespace ORDER BY MIN(seq)"
+            )
+            return [r[0] for r in cur.fetchall()]
+
+    def close(self) -> None:
+        """Closes the connection."""
+        with self._lock:
+            self._conn.close()

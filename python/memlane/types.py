@@ -1,0 +1,94 @@
+"""The data memlane stores: :class:`MemoryEntry` and :class:`ConversationTurn` (pydantic v2)."""
+
+from __future__ import annotations
+
+import enum
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic_ai.messages import ModelMessage
+
+
+def utc_now() -> datetime:
+    """The current time, timezone-aware in UTC."""
+    return datetime.now(UTC)
+
+
+def as_utc(value: datetime) -> datetime:
+    """An aware UTC datetime; a naive one is taken to be UTC already."""
+    if value.tzinfo is None:
+        return value.replace(tzinfo=UTC)
+    return value.astimezone(UTC)
+
+
+class MemoryScope(str, enum.Enum):
+    """Which memory an entry belongs to."""
+
+    CONVERSATION = "conversation"
+    WORKING = "working"
+    LONG_TERM = "long_term"
+
+
+class MemoryEntry(BaseModel):
+    """One stored item: a working-memory fact, a conversation turn, a summary.
+
+    Attributes:
+        entry_id: Unique id (uuid4 hex by default); saving the same id again replaces it.
+        scope: Which memory the entry belongs to.
+        key: Optional lookup key, unique within a namespace.
+        content: The payload; persistent stores require it to be JSON-serialisable.
+        metadata: Free-form JSON-serialisable annotations.
+        created_at: Creation time, aware UTC.
+        expires_at: When the entry stops being returned by any store (``None``: never).
+        importance: 0.0–1.0.
+    """
+
+    model_config = ConfigDict(validate_assignment=True)
+
+    entry_id: str = Field(default_factory=lambda: uuid.uuid4().hex)
+    scope: MemoryScope = MemoryScope.WORKING
+    key: str | None = None
+    content: Any = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    created_at: datetime = Field(default_factory=utc_now)
+    expires_at: datetime | None = None
+    importance: float = Field(default=0.5, ge=0.0, le=1.0)
+
+    @field_validator("created_at")
+    @classmethod
+    def _created_utc(cls, value: datetime) -> datetime:
+        return as_utc(value)
+
+    @field_validator("expires_at")
+    @classmethod
+    def _expires_utc(cls, value: datetime | None) -> datetime | None:
+        return None if value is None else as_utc(value)
+
+    @property
+    def is_expired(self) -> bool:
+        """Whether ``expires_at`` has passed."""
+        return self.expires_at is not None and self.expires_at <= utc_now()
+
+
+class ConversationTurn(BaseModel):
+    """One exchange: a user prompt, the assistant's answer and every message between them.
+
+    Attributes:
+        turn_id: 0-based position in the conversation.
+        user_prompt: What the user said.
+        assistant_response: What the assistant answered.
+        raw_messages: The pydantic-ai messages of the turn (tool calls and returns included).
+        timestamp: When the turn was added, aware UTC.
+        token_estimate: Tokens the turn costs in a model request (all of its message parts).
+        metadata: Free-form annotations.
+    """
+
+    turn_id: int = Field(ge=0)
+    user_prompt: str
+    assistant_response: str
+    raw_messages: list[ModelMessage] = Field(default_factory=list)
+    timestamp: datetime = Field(default_factory=utc_now)
+    token_estimate: int = Field(default=0, ge=0)
+    metadata: dict[str, Any] = Field(default_factory=dict)
