@@ -64,7 +64,14 @@ json_text = st.recursive(
     max_leaves=10,
 ).map(json.dumps)
 
-any_text = st.one_of(unicode_text, cjk_emoji, whitespace_runs, long_words, contractions, json_text, code_text)
+# Whitespace next to letters, digits and punctuation is where the look-ahead `\s+(?!\S)` of
+# the original patterns decides piece boundaries; the Rust splitter re-creates it by hand.
+spacing = st.lists(
+    st.sampled_from([" ", "  ", "\t", "\n", "\r\n", " \n ", "\u00a0", "\u2003", "\u3000", "\x0b", "\x0c", "\x85",
+                     "a", "Bc", "7", "123456", "!", "/", "'s", "'ſ", "'K", "é", "字", "\u0301", "😀", "_"]),
+    max_size=40,
+).map("".join)
+any_text = st.one_of(unicode_text, cjk_emoji, whitespace_runs, long_words, contractions, json_text, code_text, spacing)
 mixed_text = st.lists(any_text, max_size=5).map("".join)
 
 

@@ -1,7 +1,12 @@
 //! Token counting: exact BPE counts through tiktoken-rs (rank files compiled in) and the
 //! whitespace-word heuristic of the design memlane grew out of.
 
-use tiktoken_rs::CoreBPE;
+use std::sync::OnceLock;
+
+use base64::{engine::general_purpose, Engine as _};
+use regex::Regex;
+use rustc_hash::FxHashMap;
+use tiktoken_rs::{CoreBPE, Rank};
 
 /// The BPE encodings memlane can count with. Both rank files are embedded in the binary.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -29,12 +34,107 @@ impl Encoding {
         }
     }
 
-    /// The shared tokenizer; built once per process on first use (this is the rank-file load).
-    pub fn bpe(self) -> &'static CoreBPE {
+    /// The shared counter; built once per process on first use (this is the rank-file load).
+    pub fn counter(self) -> &'static ExactCounter {
+        static O200K: OnceLock<ExactCounter> = OnceLock::new();
+        static CL100K: OnceLock<ExactCounter> = OnceLock::new();
         match self {
-            Self::O200kBase => tiktoken_rs::o200k_base_singleton(),
-            Self::Cl100kBase => tiktoken_rs::cl100k_base_singleton(),
+            Self::O200kBase => O200K.get_or_init(|| {
+                ExactCounter::new(include_str!("../../python/memlane/_ranks/o200k_base.tiktoken"), O200K_SPLIT)
+            }),
+            Self::Cl100kBase => CL100K.get_or_init(|| {
+                ExactCounter::new(include_str!("../../python/memlane/_ranks/cl100k_base.tiktoken"), CL100K_SPLIT)
+            }),
         }
+    }
+}
+
+// The encodings' pre-tokenizer patterns with the one look-around, `\s+(?!\S)`, replaced by
+// `\s+` (and possessive quantifiers by greedy ones, which match identically here). That makes
+// them plain `regex` patterns, run by its DFA instead of fancy-regex's backtracker; the
+// look-ahead is restored exactly by `split_end` below. The hypothesis tests hold the result to
+// OpenAI's tiktoken, which runs the original patterns.
+const O200K_SPLIT: &str = concat!(
+    r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?",
+    r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?",
+    r"|\p{N}{1,3}",
+    r"| ?[^\s\p{L}\p{N}]+[\r\n/]*",
+    r"|\s*[\r\n]+",
+    r"|\s+",
+);
+const CL100K_SPLIT: &str = concat!(
+    r"'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*",
+    r"|\s+$|\s*[\r\n]|\s+",
+);
+
+/// Exact BPE counting: a DFA pre-tokenizer, direct rank lookups for pieces that are whole
+/// tokens, and tiktoken-rs's byte-pair merge (linear-time heap variant for long pieces) for
+/// the rest.
+pub struct ExactCounter {
+    ranks: FxHashMap<Vec<u8>, Rank>,
+    split: Regex,
+    /// tiktoken-rs over the same ranks with a pattern that never splits: it BPE-merges one
+    /// piece exactly as tiktoken does.
+    merge: CoreBPE,
+}
+
+impl ExactCounter {
+    fn new(rank_file: &str, split: &str) -> Self {
+        let mut ranks = FxHashMap::default();
+        for line in rank_file.lines().filter(|l| !l.is_empty()) {
+            let (token, rank) = line.split_once(' ').expect("rank file line: token rank");
+            let token = general_purpose::STANDARD.decode(token).expect("base64 token");
+            ranks.insert(token, rank.parse::<Rank>().expect("numeric rank"));
+        }
+        let merge = CoreBPE::new(ranks.clone(), FxHashMap::default(), "(?s:.+)")
+            .expect("a pattern that never splits compiles");
+        Self { ranks, split: Regex::new(split).expect("split pattern compiles"), merge }
+    }
+
+    /// Where the piece matched at `start..end` really ends. A run of spaces and tabs (no line
+    /// break) followed by a non-space gives its last character to the next piece, as
+    /// `\s+(?!\S)` does in the original pattern; a single character stays (`\s` / `\s+`).
+    #[inline]
+    fn split_end(text: &str, start: usize, end: usize) -> usize {
+        if end == text.len() {
+            return end;
+        }
+        let piece = &text[start..end];
+        let mut chars = piece.char_indices();
+        let Some((_, first)) = chars.next() else { return end };
+        if !first.is_whitespace() || first == '\r' || first == '\n' {
+            return end;
+        }
+        let mut last_start = 0;
+        for (i, c) in chars {
+            if !c.is_whitespace() || c == '\r' || c == '\n' {
+                return end;
+            }
+            last_start = i;
+        }
+        if last_start == 0 {
+            end // a single whitespace character
+        } else {
+            start + last_start
+        }
+    }
+
+    /// Tokens in `text` (special-token strings count as plain text).
+    pub fn count(&self, text: &str) -> usize {
+        let mut count = 0;
+        let mut pos = 0;
+        while pos < text.len() {
+            let Some(m) = self.split.find_at(text, pos) else { break };
+            let end = Self::split_end(text, m.start(), m.end());
+            let piece = &text[m.start()..end];
+            count += if self.ranks.contains_key(piece.as_bytes()) {
+                1
+            } else {
+                self.merge.encode_ordinary(piece).len()
+            };
+            pos = end;
+        }
+        count
     }
 }
 
@@ -74,7 +174,7 @@ pub fn exact_count(text: &str, encoding: Encoding) -> usize {
     if text.is_empty() {
         return 0;
     }
-    encoding.bpe().count_ordinary(text)
+    encoding.counter().count(text)
 }
 
 impl Mode {
@@ -144,5 +244,72 @@ mod tests {
         let mode = Mode::Exact(Encoding::O200kBase);
         let expected: Vec<usize> = refs.iter().map(|t| mode.count(t)).collect();
         assert_eq!(mode.count_many(&refs), expected);
+    }
+}
+
+/// The Unicode classes the split patterns use, as the `regex` crate defines them. The
+/// pure-Python twin spells its patterns with these exact ranges (generated into
+/// `python/memlane/_pure/unicode_classes.py`) so that both paths agree on every code point,
+/// including ones a newer Unicode version than this crate's has assigned since.
+#[cfg(test)]
+mod unicode_classes {
+    use regex::Regex;
+
+    const CLASSES: [(&str, &str); 9] = [
+        ("L", r"\p{L}"),
+        ("Lu", r"\p{Lu}"),
+        ("Lt", r"\p{Lt}"),
+        ("Lm", r"\p{Lm}"),
+        ("Lo", r"\p{Lo}"),
+        ("Ll", r"\p{Ll}"),
+        ("M", r"\p{M}"),
+        ("N", r"\p{N}"),
+        ("S", r"\s"),
+    ];
+    const TABLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/python/memlane/_pure/unicode_classes.py");
+
+    fn ranges(expr: &str) -> Vec<(u32, u32)> {
+        let re = Regex::new(&format!(r"\A{expr}\z")).unwrap();
+        let mut out: Vec<(u32, u32)> = Vec::new();
+        let mut buf = [0u8; 4];
+        for cp in 0..=0x10FFFFu32 {
+            let Some(c) = char::from_u32(cp) else { continue };
+            if re.is_match(c.encode_utf8(&mut buf)) {
+                match out.last_mut() {
+                    Some(last) if last.1 + 1 == cp => last.1 = cp,
+                    _ => out.push((cp, cp)),
+                }
+            }
+        }
+        out
+    }
+
+    fn render() -> String {
+        let mut text = String::from(
+            "\"\"\"Unicode classes of the token split patterns, exactly as the Rust `regex` crate defines them.\n\n\
+             Generated by `MEMLANE_WRITE_UNICODE_TABLE=1 cargo test --lib unicode_classes`; a Rust test fails when\n\
+             this file and the crate disagree. Each class is a tuple of inclusive code-point ranges.\n\"\"\"\n\n",
+        );
+        text.push_str("CLASSES: dict[str, tuple[tuple[int, int], ...]] = {\n");
+        for (name, expr) in CLASSES {
+            text.push_str(&format!("    {name:?}: (\n"));
+            for chunk in ranges(expr).chunks(6) {
+                let items: Vec<String> = chunk.iter().map(|(a, b)| format!("(0x{a:X}, 0x{b:X})")).collect();
+                text.push_str(&format!("        {},\n", items.join(", ")));
+            }
+            text.push_str("    ),\n");
+        }
+        text.push_str("}\n");
+        text
+    }
+
+    #[test]
+    fn python_table_matches_regex_crate() {
+        let expected = render();
+        if std::env::var_os("MEMLANE_WRITE_UNICODE_TABLE").is_some() {
+            std::fs::write(TABLE, &expected).unwrap();
+        }
+        let committed = std::fs::read_to_string(TABLE).unwrap_or_default();
+        assert!(committed == expected, "{TABLE} is stale: regenerate it (see its docstring)");
     }
 }

@@ -17,9 +17,12 @@ from typing import Final
 
 import regex
 
+from memlane._pure.unicode_classes import CLASSES
+
 ENCODING_NAMES: Final = ("cl100k_base", "o200k_base")
 MODES: Final = ("exact", "heuristic")
 
+# OpenAI's original split patterns (what tiktoken runs); the twin runs `_TWIN_PATTERNS`.
 _PATTERNS: Final = {
     "cl100k_base": (
         r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+|\s++$|\s*[\r\n]|\s+(?!\S)|\s"""
@@ -34,6 +37,44 @@ _PATTERNS: Final = {
             r"""\s+(?!\S)""",
             r"""\s+""",
         ]
+    ),
+}
+
+
+
+def _ranges(*names: str) -> str:
+    """The listed classes as the body of a regex character class (no brackets)."""
+    out = []
+    for name in names:
+        for lo, hi in CLASSES[name]:
+            out.append(f"\\U{lo:08X}" if lo == hi else f"\\U{lo:08X}-\\U{hi:08X}")
+    return "".join(out)
+
+
+def _expand(template: str) -> str:
+    classes = {name: _ranges(name) for name in CLASSES}
+    return template.format_map(classes)
+
+
+# The same patterns with every Unicode class spelled as the Rust `regex` crate's exact ranges,
+# so the twin and the extension agree even on code points that a newer Unicode version (the
+# `regex` module's) has assigned since; `\Z` because `$` would also match before a final "\n".
+_TWIN_PATTERNS: Final = {
+    "cl100k_base": _expand(
+        r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n{L}{N}]?+[{L}]++|[{N}]{{1,3}}+| ?[^{S}{L}{N}]++[\r\n]*+|[{S}]++\Z|[{S}]*[\r\n]|[{S}]+(?![^{S}])|[{S}]"""
+    ),
+    "o200k_base": _expand(
+        "|".join(
+            [
+                r"""[^\r\n{L}{N}]?[{Lu}{Lt}{Lm}{Lo}{M}]*[{Ll}{Lm}{Lo}{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+                r"""[^\r\n{L}{N}]?[{Lu}{Lt}{Lm}{Lo}{M}]+[{Ll}{Lm}{Lo}{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+                r"""[{N}]{{1,3}}""",
+                r""" ?[^{S}{L}{N}]+[\r\n/]*""",
+                r"""[{S}]*[\r\n]+""",
+                r"""[{S}]+(?![^{S}])""",
+                r"""[{S}]+""",
+            ]
+        )
     ),
 }
 
@@ -130,7 +171,7 @@ class _Bpe:
                 self.text_ranks.add(token.decode("utf-8"))
             except UnicodeDecodeError:
                 pass
-        self.pattern = regex.compile(_PATTERNS[encoding_name])
+        self.pattern = regex.compile(_TWIN_PATTERNS[encoding_name])
         self.cache: dict[str, int] = {}
 
     def count(self, text: str) -> int:
