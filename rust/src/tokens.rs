@@ -177,6 +177,13 @@ pub fn exact_count(text: &str, encoding: Encoding) -> usize {
     encoding.counter().count(text)
 }
 
+/// Cores available to this process, read once: `available_parallelism` consults cgroup files
+/// on every call, which costs more than counting a short message.
+fn parallelism() -> usize {
+    static THREADS: OnceLock<usize> = OnceLock::new();
+    *THREADS.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
 impl Mode {
     pub fn count(&self, text: &str) -> usize {
         match *self {
@@ -189,9 +196,12 @@ impl Mode {
     /// batch is large enough to pay for them. Results stay in input order.
     pub fn count_many(&self, texts: &[&str]) -> Vec<usize> {
         let total_bytes: usize = texts.iter().map(|t| t.len()).sum();
-        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
         // Below ~64 KiB a thread spawn costs more than it saves.
-        if threads < 2 || texts.len() < 2 || total_bytes < 64 * 1024 {
+        if texts.len() < 2 || total_bytes < 64 * 1024 {
+            return texts.iter().map(|t| self.count(t)).collect();
+        }
+        let threads = parallelism();
+        if threads < 2 {
             return texts.iter().map(|t| self.count(t)).collect();
         }
         let mut out = vec![0usize; texts.len()];
