@@ -1,7 +1,8 @@
 """Type stubs for memlane's Rust extension. Import the public names from ``memlane``."""
 
 from collections.abc import Iterable
-from typing import Literal
+from os import PathLike
+from typing import Any, Literal, TypeAlias, final
 
 __version__: str
 
@@ -47,3 +48,228 @@ class TokenEstimator:
         """
     def fits(self, text: str, max_tokens: int) -> bool:
         """Whether ``text`` fits in ``max_tokens`` tokens."""
+
+@final
+class BudgetLedger:
+    """Token counts of a conversation's retained turns and the window that fits the budget.
+
+    The window is the longest run of most recent turns whose counts sum to at most the budget
+    left after the summary; every operation keeps it up to date in O(1) amortised time.
+    Positions are absolute turn indices: the oldest retained turn is ``offset``, the newest is
+    ``end - 1``; eviction from the front advances ``offset``. Twin of
+    :class:`memlane._pure.budget.BudgetLedger`.
+
+    Args:
+        max_tokens: The budget (> 0).
+
+    Raises:
+        TypeError: ``max_tokens`` is not an ``int``.
+        ValueError: ``max_tokens`` is not > 0.
+        OverflowError: ``max_tokens`` is 2**64 or more.
+    """
+
+    def __init__(self, max_tokens: int) -> None: ...
+    @property
+    def max_tokens(self) -> int:
+        """The budget."""
+    @property
+    def total(self) -> int:
+        """Sum of every retained turn's count."""
+    @property
+    def window_tokens(self) -> int:
+        """Sum of the counts in the window (the summary excluded)."""
+    @property
+    def reserved(self) -> int:
+        """Tokens reserved for the summary (0 when it does not fit and is left out)."""
+    @property
+    def offset(self) -> int:
+        """Absolute index of the oldest retained turn."""
+    @property
+    def window_start(self) -> int:
+        """Absolute index of the oldest turn in the window (``end`` when it is empty)."""
+    @property
+    def end(self) -> int:
+        """Absolute index one past the newest turn."""
+    def __len__(self) -> int:
+        """Number of retained turns."""
+    def push(self, tokens: int) -> None:
+        """Appends the newest turn's count and slides the window.
+
+        Args:
+            tokens: The turn's token count.
+
+        Raises:
+            TypeError: ``tokens`` is not an ``int``.
+            ValueError: ``tokens`` is negative.
+            OverflowError: ``tokens`` is 2**64 or more.
+        """
+    def pop_front(self, n: int) -> int:
+        """Evicts the ``n`` oldest turns.
+
+        Args:
+            n: How many turns to evict, from 0 to ``len(self)``.
+
+        Returns:
+            The tokens the evicted turns held.
+
+        Raises:
+            TypeError: ``n`` is not an ``int``.
+            ValueError: ``n`` is negative or more than the retained turns.
+        """
+    def set_summary_tokens(self, tokens: int) -> bool:
+        """Reserves room for a summary; the window shrinks or grows to fit what is left.
+
+        A summary larger than the whole budget is left out (reserving nothing) rather than
+        pushing the history over the budget.
+
+        Args:
+            tokens: The summary's token count.
+
+        Returns:
+            Whether the summary is included.
+
+        Raises:
+            TypeError: ``tokens`` is not an ``int``.
+            ValueError: ``tokens`` is negative.
+        """
+
+@final
+class MemoryTable:
+    """Entries per namespace in process memory, with a key index (``load_by_key`` is O(1)).
+
+    Payloads are kept as the objects saved. Twin of :class:`memlane._pure.store.MemoryTable`,
+    whose module docstring states the rules: saving an ``entry_id`` again replaces it in
+    place; an ``entry_id`` held by another namespace moves to the end of this one; a key is
+    unique within a namespace (saving it evicts its holder); expired entries are never
+    returned but hold their key until removed.
+
+    Namespaces, entry ids and keys must be ``str``; any other type raises ``TypeError``.
+    """
+
+    def __init__(self) -> None: ...
+    def save(
+        self,
+        namespace: str,
+        entry_id: str,
+        key: str | None,
+        expires_at: float | None,
+        payload: Any,
+    ) -> None:
+        """Inserts or replaces one entry.
+
+        Args:
+            namespace: The namespace to save into.
+            entry_id: The entry's id, unique across namespaces.
+            key: The entry's key, unique within the namespace, or ``None``.
+            expires_at: Expiry as Unix seconds, or ``None`` for never.
+            payload: The object that ``load`` returns.
+        """
+    def load(self, namespace: str, now: float) -> list[Any]:
+        """Payloads of a namespace unexpired at ``now`` (Unix seconds), in insertion order."""
+    def load_by_key(self, namespace: str, key: str, now: float) -> Any:
+        """The payload holding ``key``, or ``None`` if there is none or it has expired."""
+    def delete(self, namespace: str, entry_id: str) -> bool:
+        """Removes an entry of this namespace.
+
+        Returns:
+            Whether there was one.
+        """
+    def clear(self, namespace: str) -> int:
+        """Removes every entry of a namespace, expired ones too.
+
+        Returns:
+            How many there were.
+        """
+    def cleanup_expired(self, now: float) -> int:
+        """Removes entries expired at ``now`` from every namespace.
+
+        Returns:
+            How many were removed.
+        """
+    def namespaces(self) -> list[str]:
+        """Namespaces that hold at least one entry, in creation order.
+
+        A namespace that empties disappears; filled again, it moves to the end.
+        """
+    def __len__(self) -> int:
+        """Number of entries, expired ones included."""
+
+_Row: TypeAlias = tuple[str, str, str | None, str, str, str, float | None, float]
+
+@final
+class SqliteTable:
+    """The SQLite store: one file (WAL, synchronous=NORMAL), every call one transaction.
+
+    The schema and SQL are those of :class:`memlane._pure.store.SqliteTable`, so either opens a
+    file the other wrote. The GIL is released around every SQLite call, so threads overlap.
+    Parameters are bound as Python's ``sqlite3`` binds them and failures raise the same
+    ``sqlite3`` exceptions (for example ``sqlite3.IntegrityError`` for an importance outside
+    [0, 1]).
+
+    A row is ``(entry_id, scope, key, content, metadata, created_at, expires_at,
+    importance)``: ``content`` and ``metadata`` are JSON text, ``created_at`` ISO text,
+    ``expires_at`` Unix seconds or ``None``.
+
+    Args:
+        path: The database file; it and its parent directories are created if missing.
+            ``":memory:"`` keeps the database in memory.
+
+    Raises:
+        OSError: A parent directory cannot be created.
+        sqlite3.OperationalError: The file cannot be opened as a database.
+    """
+
+    def __init__(self, path: str | PathLike[str]) -> None: ...
+    def save(self, namespace: str, row: _Row) -> None:
+        """Upserts one row atomically (same rules as :class:`MemoryTable`).
+
+        Raises:
+            ValueError: The table is closed.
+            sqlite3.Error: SQLite refused the row.
+        """
+    def save_many(self, namespace: str, rows: Iterable[_Row]) -> None:
+        """Upserts rows in one ``BEGIN IMMEDIATE`` transaction: all of them or none.
+
+        Raises:
+            ValueError: The table is closed.
+            sqlite3.Error: SQLite refused a row; nothing was written.
+        """
+    def load(self, namespace: str, now: float) -> list[_Row]:
+        """Rows of a namespace unexpired at ``now`` (Unix seconds), in insertion order.
+
+        Raises:
+            ValueError: The table is closed.
+        """
+    def load_by_key(self, namespace: str, key: str, now: float) -> _Row | None:
+        """The unexpired row holding ``key``, or ``None``.
+
+        Raises:
+            ValueError: The table is closed.
+        """
+    def delete(self, namespace: str, entry_id: str) -> bool:
+        """Removes an entry of this namespace; whether there was one.
+
+        Raises:
+            ValueError: The table is closed.
+        """
+    def clear(self, namespace: str) -> int:
+        """Removes every entry of a namespace; how many there were.
+
+        Raises:
+            ValueError: The table is closed.
+        """
+    def cleanup_expired(self, now: float) -> int:
+        """Removes entries expired at ``now`` everywhere; how many.
+
+        Raises:
+            ValueError: The table is closed.
+        """
+    def namespaces(self) -> list[str]:
+        """Namespaces that hold at least one entry, in order of their oldest entry.
+
+        Raises:
+            ValueError: The table is closed.
+        """
+    def close(self) -> None:
+        """Closes the connection; closing again does nothing, any other call raises
+        ``ValueError("SqliteTable is closed")``."""

@@ -2,6 +2,8 @@
 //! embedded memory stores. Plain Rust modules; the PyO3 glue lives only in `py.rs`
 //! (behind the `python` feature) so `cargo test` runs without an interpreter.
 
+pub mod budget;
+pub mod store;
 pub mod tokens;
 
 #[cfg(feature = "python")]

@@ -10,6 +10,12 @@ from __future__ import annotations
 from collections import deque
 
 
+def _check_int(value: object, name: str) -> None:
+    # bool is an int subclass and passes, as it does through PyO3's int extraction.
+    if not isinstance(value, int):
+        raise TypeError(f"{name} must be int, not {type(value).__name__}")
+
+
 class BudgetLedger:
     """Token counts of a conversation's retained turns and the window that fits the budget.
 
@@ -23,6 +29,7 @@ class BudgetLedger:
     __slots__ = ("_counts", "_max_tokens", "_offset", "_reserved", "_start", "_total", "_window")
 
     def __init__(self, max_tokens: int) -> None:
+        _check_int(max_tokens, "max_tokens")
         if max_tokens <= 0:
             raise ValueError(f"max_tokens must be > 0, got {max_tokens!r}")
         self._max_tokens = max_tokens
@@ -90,6 +97,7 @@ class BudgetLedger:
 
     def push(self, tokens: int) -> None:
         """Appends the newest turn's count and slides the window."""
+        _check_int(tokens, "tokens")
         if tokens < 0:
             raise ValueError(f"tokens must be >= 0, got {tokens!r}")
         self._counts.append(tokens)
@@ -99,6 +107,7 @@ class BudgetLedger:
 
     def pop_front(self, n: int) -> int:
         """Evicts the ``n`` oldest turns; returns the tokens they held."""
+        _check_int(n, "n")
         if not 0 <= n <= len(self._counts):
             raise ValueError(f"cannot evict {n!r} of {len(self._counts)} turns")
         freed = 0
@@ -118,6 +127,7 @@ class BudgetLedger:
         A summary larger than the whole budget is left out (reserving nothing) rather than
         pushing the history over the budget. The window shrinks or grows to fit what is left.
         """
+        _check_int(tokens, "tokens")
         if tokens < 0:
             raise ValueError(f"tokens must be >= 0, got {tokens!r}")
         included = tokens <= self._max_tokens

@@ -186,25 +186,32 @@ class SqliteTable:
     def __init__(self, path: str) -> None:
         if path != ":memory:":
             Path(path).parent.mkdir(parents=True, exist_ok=True)
-        self._conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30)
+        conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30)
+        self._conn: sqlite3.Connection | None = conn
         self._lock = threading.Lock()
         for pragma in PRAGMAS:
-            self._conn.execute(pragma)
+            conn.execute(pragma)
         with self._lock:
-            self._conn.executescript(SCHEMA)
+            conn.executescript(SCHEMA)
 
-    def _upsert(self, namespace: str, row: Row) -> None:
+    def _open(self) -> sqlite3.Connection:
+        """The connection; a ``ValueError`` once closed, as the Rust table raises."""
+        if self._conn is None:
+            raise ValueError("SqliteTable is closed")
+        return self._conn
+
+    def _upsert(self, conn: sqlite3.Connection, namespace: str, row: Row) -> None:
         entry_id, key = row[0], row[2]
         if key is not None:
-            self._conn.execute(
+            conn.execute(
                 "DELETE FROM memory_entries WHERE namespace = ? AND key = ? AND entry_id != ?",
                 (namespace, key, entry_id),
             )
-        self._conn.execute(
+        conn.execute(
             "DELETE FROM memory_entries WHERE entry_id = ? AND namespace != ?",
             (entry_id, namespace),
         )
-        self._conn.execute(
+        conn.execute(
             f"INSERT INTO memory_entries (namespace, {_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
             "ON CONFLICT (entry_id) DO UPDATE SET scope = excluded.scope, key = excluded.key, "
             "content = excluded.content, metadata = excluded.metadata, "
@@ -216,14 +223,15 @@ class SqliteTable:
     def save_many(self, namespace: str, rows: list[Row]) -> None:
         """Upserts rows in one transaction: all of them are written or none."""
         with self._lock:
-            self._conn.execute("BEGIN IMMEDIATE")
+            conn = self._open()
+            conn.execute("BEGIN IMMEDIATE")
             try:
                 for row in rows:
-                    self._upsert(namespace, row)
+                    self._upsert(conn, namespace, row)
             except BaseException:
-                self._conn.execute("ROLLBACK")
+                conn.execute("ROLLBACK")
                 raise
-            self._conn.execute("COMMIT")
+            conn.execute("COMMIT")
 
     def save(self, namespace: str, row: Row) -> None:
         """Upserts one row atomically."""
@@ -232,7 +240,7 @@ class SqliteTable:
     def load(self, namespace: str, now: float) -> list[Row]:
         """Unexpired rows of a namespace, in insertion order."""
         with self._lock:
-            cur = self._conn.execute(
+            cur = self._open().execute(
                 f"SELECT {_COLUMNS} FROM memory_entries WHERE namespace = ? "
                 "AND (expires_at IS NULL OR expires_at > ?) ORDER BY seq",
                 (namespace, now),
@@ -242,7 +250,7 @@ class SqliteTable:
     def load_by_key(self, namespace: str, key: str, now: float) -> Row | None:
         """The unexpired row holding ``key``, or ``None``."""
         with self._lock:
-            cur = self._conn.execute(
+            cur = self._open().execute(
                 f"SELECT {_COLUMNS} FROM memory_entries WHERE namespace = ? AND key = ? "
                 "AND (expires_at IS NULL OR expires_at > ?)",
                 (namespace, key, now),
@@ -253,7 +261,7 @@ class SqliteTable:
     def delete(self, namespace: str, entry_id: str) -> bool:
         """Removes an entry of this namespace; whether there was one."""
         with self._lock:
-            cur = self._conn.execute(
+            cur = self._open().execute(
                 "DELETE FROM memory_entries WHERE namespace = ? AND entry_id = ?",
                 (namespace, entry_id),
             )
@@ -262,14 +270,16 @@ class SqliteTable:
     def clear(self, namespace: str) -> int:
         """Removes every entry of a namespace; how many there were."""
         with self._lock:
-            return self._conn.execute(
+            conn = self._open()
+            return conn.execute(
                 "DELETE FROM memory_entries WHERE namespace = ?", (namespace,)
             ).rowcount
 
     def cleanup_expired(self, now: float) -> int:
         """Removes expired entries everywhere; how many."""
         with self._lock:
-            return self._conn.execute(
+            conn = self._open()
+            return conn.execute(
                 "DELETE FROM memory_entries WHERE expires_at IS NOT NULL AND expires_at <= ?",
                 (now,),
             ).rowcount
@@ -277,12 +287,15 @@ class SqliteTable:
     def namespaces(self) -> list[str]:
         """Namespaces that hold at least one entry, in order of their oldest entry."""
         with self._lock:
-            cur = self._conn.execute(
+            cur = self._open().execute(
                 "SELECT namespace FROM memory_entries GROUP BY namespace ORDER BY MIN(seq)"
             )
             return [r[0] for r in cur.fetchall()]
 
     def close(self) -> None:
-        """Closes the connection."""
+        """Closes the connection; closing again does nothing, any other call raises
+        ``ValueError("SqliteTable is closed")``."""
         with self._lock:
-            self._conn.close()
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
