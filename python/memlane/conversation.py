@@ -184,6 +184,8 @@ class ConversationMemory:
         self.estimator = estimator if estimator is not None else TokenEstimator()
         self.summarizer = summarizer
         self.store: MemoryStore = store if store is not None else InMemoryStore()
+        # Turns are mirrored into the store only where they outlive the process; an in-memory
+        # store would just hold a second copy of what the cached state already has.
         self._persistent = bool(getattr(self.store, "persistent", True))
         self._states: dict[str, _State] = {}
         self._lock = threading.RLock()
@@ -197,12 +199,11 @@ class ConversationMemory:
         return f"conversation:{conversation_id}"
 
     def _turn_entry(self, turn: ConversationTurn, entry_id: str) -> MemoryEntry:
-        content: Any = turn.model_dump(mode="json") if self._persistent else turn
         return MemoryEntry.model_construct(
             entry_id=entry_id,
             scope=MemoryScope.CONVERSATION,
             key=None,
-            content=content,
+            content=turn.model_dump(mode="json"),
             metadata={"kind": "turn"},
             created_at=turn.timestamp,
             expires_at=None,
@@ -280,6 +281,11 @@ class ConversationMemory:
         state = self._states.get(conversation_id)
         if state is not None:
             return state
+        if not self._persistent:
+            if not create:
+                return None
+            state = self._states[conversation_id] = _State(ledger=_ledger(self.max_tokens))
+            return state
         entries = self.store.load(self.namespace(conversation_id))
         known = bool(entries) or self.store.load_by_key(INDEX_NAMESPACE, conversation_id) is not None
         if not known and not create:
@@ -294,8 +300,8 @@ class ConversationMemory:
 
     async def _astate(self, conversation_id: str, *, create: bool) -> _State | None:
         state = self._states.get(conversation_id)
-        if state is not None:
-            return state
+        if state is not None or not self._persistent:
+            return self._state(conversation_id, create=create)
         entries = await self.store.async_load(self.namespace(conversation_id))
         known = bool(entries) or (
             await self.store.async_load_by_key(INDEX_NAMESPACE, conversation_id) is not None
@@ -447,8 +453,10 @@ class ConversationMemory:
             state = self._state(cid, create=True)
             assert state is not None
             turn = self._build_turn(state, user_prompt, assistant_response, messages, metadata)
-            entry_id = uuid.uuid4().hex
-            self.store.save(self.namespace(cid), self._turn_entry(turn, entry_id))
+            entry_id = ""
+            if self._persistent:
+                entry_id = uuid.uuid4().hex
+                self.store.save(self.namespace(cid), self._turn_entry(turn, entry_id))
             state.turns.append(turn)
             state.entry_ids.append(entry_id)
             state.ledger.push(turn.token_estimate)
@@ -470,6 +478,8 @@ class ConversationMemory:
 
     def _commit_summary(self, cid: str, state: _State, count: int, summary: object) -> None:
         evicted = self._apply_summary(state, count, summary)
+        if not self._persistent:
+            return
         namespace = self.namespace(cid)
         # The summary (naming what it replaced) lands first: a crash before the deletes
         # leaves turns that a restart recognises as summarised, never a gap.
@@ -496,8 +506,10 @@ class ConversationMemory:
             state = await self._astate(cid, create=True)
             assert state is not None
             turn = self._build_turn(state, user_prompt, assistant_response, messages, metadata)
-            entry_id = uuid.uuid4().hex
-            await self.store.async_save(self.namespace(cid), self._turn_entry(turn, entry_id))
+            entry_id = ""
+            if self._persistent:
+                entry_id = uuid.uuid4().hex
+                await self.store.async_save(self.namespace(cid), self._turn_entry(turn, entry_id))
             with self._lock:
                 state.turns.append(turn)
                 state.entry_ids.append(entry_id)
@@ -520,6 +532,8 @@ class ConversationMemory:
             return
         with self._lock:
             evicted = self._apply_summary(state, count, summary)
+        if not self._persistent:
+            return
         namespace = self.namespace(cid)
         await self.store.async_save(namespace, self._summary_entry(state, evicted))
         for entry_id in evicted:
@@ -588,6 +602,8 @@ class ConversationMemory:
         cid = _check_cid(conversation_id)
         with self._lock:
             self._states.pop(cid, None)
+            if not self._persistent:
+                return
             self.store.clear(self.namespace(cid))
             index = self.store.load_by_key(INDEX_NAMESPACE, cid)
             if index is not None:
@@ -598,6 +614,8 @@ class ConversationMemory:
         cid = _check_cid(conversation_id)
         with self._lock:
             self._states.pop(cid, None)
+        if not self._persistent:
+            return
         await self.store.async_clear(self.namespace(cid))
         index = await self.store.async_load_by_key(INDEX_NAMESPACE, cid)
         if index is not None:
@@ -607,6 +625,8 @@ class ConversationMemory:
     def conversation_ids(self) -> list[str]:
         """Ids of every known conversation (in this process and in the store)."""
         with self._lock:
+            if not self._persistent:
+                return list(self._states)
             stored = [e.key for e in self.store.load(INDEX_NAMESPACE) if e.key is not None]
             return list(dict.fromkeys([*stored, *self._states]))
 
@@ -617,7 +637,9 @@ class ConversationMemory:
 
     async def async_clear_all(self) -> None:
         """Async :meth:`clear_all`."""
-        stored = [e.key for e in await self.store.async_load(INDEX_NAMESPACE) if e.key]
+        stored = []
+        if self._persistent:
+            stored = [e.key for e in await self.store.async_load(INDEX_NAMESPACE) if e.key]
         for cid in dict.fromkeys([*stored, *self._states]):
             await self.async_clear(cid)
 
@@ -745,7 +767,8 @@ class ConversationMemory:
                 entries.append(self._summary_entry(state, []))
             for turn, entry_id in parsed:
                 entries.append(self._turn_entry(turn, entry_id))
-            _save_many(self.store, self.namespace(cid), entries)
+            if self._persistent:
+                _save_many(self.store, self.namespace(cid), entries)
             for turn, entry_id in parsed:
                 state.turns.append(turn)
                 state.entry_ids.append(entry_id)
