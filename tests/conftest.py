@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import os
+import warnings
+from collections.abc import Iterator
 from types import ModuleType
 
 import pytest
@@ -39,3 +43,63 @@ def backend(request: pytest.FixtureRequest) -> str:
     if request.param == "rust":
         require_rust_core()
     return str(request.param)
+
+
+@pytest.fixture(autouse=True)
+def _close_the_loop_run_sync_leaves(request: pytest.FixtureRequest) -> Iterator[None]:
+    """pydantic-ai's run_sync leaves its event loop open for reuse; a sync test closes it.
+
+    Otherwise the unclosed loop's ResourceWarning fails a later, unrelated test under
+    ``filterwarnings = error``.
+    """
+    yield
+    if inspect.iscoroutinefunction(request.function):
+        return
+    policy = asyncio.get_event_loop_policy()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            loop = policy.get_event_loop()
+    except RuntimeError:  # none left
+        return
+    if not loop.is_running():
+        loop.close()
+        policy.set_event_loop(None)
+
+
+# ============================================================================ database servers
+# Session-scoped real servers for the network-store tests (test_database_stores.py,
+# test_config.py, test_multiprocess.py). Started on loopback on first use and stopped at the
+# end of the run; MEMLANE_TEST_POSTGRES_URL / MEMLANE_TEST_MONGODB_URL select external
+# servers instead. A server that cannot start fails the tests that need it, with the reason:
+# these tests never skip.
+
+import db_servers  # noqa: E402
+
+
+def _start_server(kind: str, start: object, workdir: object) -> db_servers.Server:
+    try:
+        return start(workdir)  # type: ignore[operator, no-any-return]
+    except db_servers.ServerError as exc:
+        pytest.fail(
+            f"the {kind} test server could not start (run tests/install_servers.sh, or set "
+            f"{db_servers.POSTGRES_URL_ENV if kind == 'PostgreSQL' else db_servers.MONGODB_URL_ENV}"
+            f"):\n{exc}",
+            pytrace=False,
+        )
+
+
+@pytest.fixture(scope="session")
+def postgres_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[db_servers.Server]:
+    """A PostgreSQL server for the whole run (started here unless one is given)."""
+    server = _start_server("PostgreSQL", db_servers.start_postgres, tmp_path_factory.mktemp("pg"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def mongodb_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[db_servers.Server]:
+    """A MongoDB-wire server (FerretDB unless one is given) for the whole run."""
+    server = _start_server("MongoDB", db_servers.start_ferretdb, tmp_path_factory.mktemp("mongo"))
+    yield server
+    server.stop()

@@ -183,6 +183,9 @@ class ConversationMemory:
             raise TypeError(f"summarizer must be callable, not {type(summarizer).__name__}")
         self.estimator = estimator if estimator is not None else TokenEstimator()
         self.summarizer = summarizer
+        bind_estimator = getattr(summarizer, "bind_estimator", None)
+        if callable(bind_estimator):
+            bind_estimator(self.estimator)
         self.store: MemoryStore = store if store is not None else InMemoryStore()
         # Turns are mirrored into the store only where they outlive the process; an in-memory
         # store would just hold a second copy of what the cached state already has.
