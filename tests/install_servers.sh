@@ -17,7 +17,12 @@ BIN_DIR="$TOOLS_DIR/bin"
 FERRETDB_BIN="$BIN_DIR/ferretdb"
 
 log() { echo "[install_servers] $*"; }
-die() { echo "[install_servers] ERROR: $*" >&2; exit 1; }
+die() {
+    echo "[install_servers] ERROR: $*" >&2
+    # do not leave a background build running
+    if [[ -n "${ferretdb_pid:-}" ]]; then kill "$ferretdb_pid" 2>/dev/null || true; fi
+    exit 1
+}
 
 # --- FerretDB: start the (slow) go build first, in the background ----------
 
@@ -25,8 +30,10 @@ ferretdb_pid=""
 ferretdb_log=""
 
 ferretdb_is_current() {
+    local out
     [[ -x "$FERRETDB_BIN" ]] || return 1
-    "$FERRETDB_BIN" --version 2>/dev/null | grep -qx "version: ${FERRETDB_VERSION}"
+    out="$("$FERRETDB_BIN" --version 2>/dev/null)" || return 1
+    grep -qx "version: ${FERRETDB_VERSION}" <<<"$out"
 }
 
 # Why not plain `go install ...@v1.24.2`: the module zip lacks the generated
@@ -82,7 +89,7 @@ apt_lists_present() {
 if [[ -n "${MEMLANE_TEST_POSTGRES_URL:-}" ]]; then
     log "MEMLANE_TEST_POSTGRES_URL is set: skipping PostgreSQL install"
 elif have_postgres; then
-    log "PostgreSQL server already installed: $(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n 1)"
+    log "PostgreSQL server already installed: $(printf "%s\n" /usr/lib/postgresql/*/bin | sort -V | tail -n 1)"
 else
     command -v apt-get >/dev/null 2>&1 || die "PostgreSQL is not installed and apt-get is unavailable"
     SUDO=""
@@ -105,7 +112,7 @@ else
         apt_install
     fi
     have_postgres || die "apt-get installed 'postgresql' but no /usr/lib/postgresql/*/bin/postgres was found"
-    log "PostgreSQL server installed: $(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n 1)"
+    log "PostgreSQL server installed: $(printf "%s\n" /usr/lib/postgresql/*/bin | sort -V | tail -n 1)"
 fi
 
 # --- FerretDB: wait for the build ------------------------------------------
