@@ -335,3 +335,44 @@ class TestConcurrency:
         assert [t.turn_id for t in turns] == list(range(50))
         reloaded = ConversationMemory(store=SQLiteStore(tmp_path / "m.db"), max_tokens=100_000).get_turns("c")
         assert [t.user_prompt for t in reloaded] == [t.user_prompt for t in turns]
+
+
+class TestCompactRetainedTurns:
+    """Turns outside the window are kept compactly and come back identical."""
+
+    def test_old_turns_round_trip(self) -> None:
+        mem = ConversationMemory(max_tokens=120)
+        originals = [tool_turn(i) for i in range(30)]
+        for i, messages in enumerate(originals):
+            mem.add_turn("c", f"look up item {i}", f"item {i} is x", messages if i % 2 else None, metadata={"i": i})
+        turns = mem.get_turns("c")
+        assert [t.turn_id for t in turns] == list(range(30))
+        assert [t.metadata for t in turns] == [{"i": i} for i in range(30)]
+        for i, turn in enumerate(turns):
+            if i % 2:
+                assert turn.raw_messages == originals[i]
+            else:
+                assert [p.content for m in turn.raw_messages for p in m.parts] == [f"look up item {i}", f"item {i} is x"]
+        again = mem.get_turns("c")
+        assert [t.raw_messages for t in again] == [t.raw_messages for t in turns]
+
+    def test_window_grows_back_when_the_summary_shrinks(self) -> None:
+        lengths = iter([60, 5, 5, 5, 5, 5, 5, 5, 5, 5])
+
+        def summarizer(turns: list[ConversationTurn]) -> str:
+            return words(next(lengths))
+
+        est = TokenEstimator(mode="heuristic", tokens_per_word=1.0)
+        mem = ConversationMemory(max_tokens=100, summarize_threshold=60, summarizer=summarizer, estimator=est)
+        for i in range(40):
+            mem.add_turn("c", "", words(12, f"t{i}_"))
+            turns = mem.get_turns("c")
+            summary = mem.get_summary("c")
+            reserved = est.estimate(SUMMARY_PREFIX + summary) if summary is not None else 0
+            if reserved > 100:
+                reserved = 0
+            kept = oracle_window([t.token_estimate for t in turns], 100 - reserved)
+            expected = [m for t in turns[len(turns) - kept :] for m in t.raw_messages]
+            history = mem.get_message_history("c")
+            body = history[1:] if reserved else history
+            assert body == expected

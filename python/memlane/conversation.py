@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import json
 import logging
 import threading
 import uuid
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -34,10 +34,10 @@ from pydantic_ai.messages import (
 
 from memlane._backend import core
 from memlane._pure.budget import BudgetLedger as PyBudgetLedger
-from memlane.errors import ConversationNotFoundError
+from memlane.errors import ConversationNotFoundError, CorruptStoreError
 from memlane.store import InMemoryStore, MemoryStore, dumps_json
 from memlane.tokens import TokenEstimator
-from memlane.types import ConversationTurn, MemoryEntry, MemoryScope, utc_now
+from memlane.types import ConversationTurn, MemoryEntry, MemoryScope, as_utc, utc_now
 
 logger = logging.getLogger("memlane")
 
@@ -131,22 +131,154 @@ def summary_message(summary: str, created_at: datetime) -> ModelRequest:
     return ModelRequest(parts=[SystemPromptPart(content=SUMMARY_PREFIX + summary, timestamp=created_at)])
 
 
-@dataclass
-class _State:
-    """One conversation: retained turns, their store entry ids, the ledger and the summary."""
+_Record = tuple[int, str, str, int, datetime, "dict[str, Any] | None", Any]
+"""A retained turn, compactly: turn_id, user_prompt, assistant_response, token_estimate,
+timestamp, metadata (``None`` when empty) and its messages: ``None`` when they are the two
+built from the strings, else their JSON (or, if they cannot be serialised, the list itself).
 
-    ledger: Any
-    turns: deque[ConversationTurn] = field(default_factory=deque)
-    entry_ids: deque[str] = field(default_factory=deque)
-    summary: str | None = None
-    summary_tokens: int = 0
-    summarized_turns: int = 0  # how many turns the summary covers
-    summary_at: datetime = field(default_factory=utc_now)
-    summary_entry_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+Only the turns inside the budget window keep live message objects. Everything older is a
+tuple of strings and numbers, which Python's cyclic garbage collector stops tracking, so a
+100,000-turn conversation does not make every collection walk millions of objects.
+"""
+
+
+def _default_messages(user_prompt: str, assistant_response: str, at: datetime) -> list[ModelMessage]:
+    # Timestamps are the turn's, so rebuilding them later yields equal messages.
+    return [
+        ModelRequest(parts=[UserPromptPart(content=user_prompt, timestamp=at)]),
+        ModelResponse(parts=[TextPart(content=assistant_response)], timestamp=at),
+    ]
+
+
+def _pack(messages: list[ModelMessage]) -> Any:
+    try:
+        return ModelMessagesTypeAdapter.dump_json(messages)
+    except ValueError:  # content pydantic cannot serialise: keep the objects themselves
+        return list(messages)
+
+
+def _unpack(record: _Record) -> list[ModelMessage]:
+    payload = record[6]
+    if payload is None:
+        return _default_messages(record[1], record[2], record[4])
+    if isinstance(payload, bytes | str):
+        return ModelMessagesTypeAdapter.validate_json(payload)
+    return list(payload)
+
+
+class _State:
+    """One conversation: compact retained turns, the ledger, the live window and the summary.
+
+    ``window`` holds the message lists of the turns ``[window_from, ledger.end)``, which is
+    always the ledger's window: the history is read from it without touching older turns.
+    """
+
+    __slots__ = (
+        "entry_ids",
+        "ledger",
+        "records",
+        "summarized_turns",
+        "summary",
+        "summary_at",
+        "summary_entry_id",
+        "summary_tokens",
+        "window",
+        "window_from",
+    )
+
+    def __init__(self, ledger: Any) -> None:
+        self.ledger = ledger
+        self.records: deque[_Record] = deque()
+        self.entry_ids: deque[str] = deque()
+        self.window: deque[list[ModelMessage]] = deque()
+        self.window_from = 0
+        self.summary: str | None = None
+        self.summary_tokens = 0
+        self.summarized_turns = 0  # how many turns the summary covers
+        self.summary_at: datetime = utc_now()
+        self.summary_entry_id = uuid.uuid4().hex
 
     @property
     def next_turn_id(self) -> int:
-        return self.summarized_turns + len(self.turns)
+        return self.summarized_turns + len(self.records)
+
+    def _sync_window(self) -> None:
+        start = self.ledger.window_start
+        window = self.window
+        while self.window_from < start and window:
+            window.popleft()
+            self.window_from += 1
+        if self.window_from < start:
+            self.window_from = start
+        offset = self.ledger.offset
+        while self.window_from > start:  # the window grew back (a smaller summary)
+            self.window_from -= 1
+            window.appendleft(_unpack(self.records[self.window_from - offset]))
+
+    def append_record(self, record: _Record, entry_id: str, messages: list[ModelMessage] | None) -> None:
+        """Adds the newest turn; ``messages`` are its live objects if the caller has them."""
+        self.records.append(record)
+        self.entry_ids.append(entry_id)
+        self.ledger.push(record[3])
+        self.window.append(messages if messages is not None else _unpack(record))
+        self._sync_window()
+
+    def append(self, turn: ConversationTurn, entry_id: str, *, default_messages: bool) -> None:
+        """Adds the newest turn."""
+        record: _Record = (
+            turn.turn_id,
+            turn.user_prompt,
+            turn.assistant_response,
+            turn.token_estimate,
+            turn.timestamp,
+            turn.metadata or None,
+            None if default_messages else _pack(turn.raw_messages),
+        )
+        self.append_record(record, entry_id, turn.raw_messages)
+
+    def evict(self, count: int) -> list[str]:
+        """Drops the ``count`` oldest turns; returns their store entry ids."""
+        evicted = [self.entry_ids.popleft() for _ in range(count)]
+        for _ in range(count):
+            self.records.popleft()
+        self.ledger.pop_front(count)
+        self._sync_window()
+        return evicted
+
+    def set_summary_tokens(self, tokens: int) -> None:
+        self.ledger.set_summary_tokens(tokens)
+        self._sync_window()
+
+    def messages(self, index: int) -> list[ModelMessage]:
+        """Messages of the retained turn at ``index`` (0 = oldest retained)."""
+        absolute = self.ledger.offset + index
+        if absolute >= self.window_from:
+            return self.window[absolute - self.window_from]
+        return _unpack(self.records[index])
+
+    def turn(self, index: int) -> ConversationTurn:
+        """The retained turn at ``index`` as a :class:`ConversationTurn`."""
+        turn_id, prompt, response, tokens, at, metadata, _ = self.records[index]
+        return ConversationTurn.model_construct(
+            turn_id=turn_id,
+            user_prompt=prompt,
+            assistant_response=response,
+            raw_messages=self.messages(index),
+            timestamp=at,
+            token_estimate=tokens,
+            metadata=dict(metadata) if metadata else {},
+        )
+
+    def turns(self) -> list[ConversationTurn]:
+        return [self.turn(i) for i in range(len(self.records))]
+
+    def history(self) -> list[ModelMessage]:
+        history: list[ModelMessage] = []
+        if self.summary is not None and self.ledger.reserved:
+            history.append(summary_message(self.summary, self.summary_at))
+        for messages in self.window:
+            history.extend(messages)
+        return history
 
 
 class ConversationMemory:
@@ -249,7 +381,7 @@ class ConversationMemory:
         Returns the state and the ids of turn entries an interrupted eviction left behind:
         they are already in the summary and are deleted by the caller.
         """
-        state = _State(ledger=_ledger(self.max_tokens))
+        state = _State(_ledger(self.max_tokens))
         stale: set[str] = set()
         turn_entries: list[MemoryEntry] = []
         for entry in entries:
@@ -264,19 +396,25 @@ class ConversationMemory:
             elif entry.metadata.get("kind") == "turn":
                 turn_entries.append(entry)
         leftovers = [e.entry_id for e in turn_entries if e.entry_id in stale]
-        for entry in turn_entries:
-            if entry.entry_id in stale:
-                continue
-            content = entry.content
-            turn = content if isinstance(content, ConversationTurn) else ConversationTurn.model_validate(content)
-            # Store order is the truth when several processes append: number turns by it.
-            if turn.turn_id != state.next_turn_id:
-                turn = turn.model_copy(update={"turn_id": state.next_turn_id})
-            state.turns.append(turn)
-            state.entry_ids.append(entry.entry_id)
-            state.ledger.push(turn.token_estimate)
+        live = [e for e in turn_entries if e.entry_id not in stale]
         if state.summary is not None:
-            state.ledger.set_summary_tokens(state.summary_tokens)
+            state.set_summary_tokens(state.summary_tokens)
+        for entry in live:
+            data = entry.content
+            try:
+                record: _Record = (
+                    # Store order is the truth when several processes append: number by it.
+                    state.next_turn_id,
+                    data["user_prompt"],
+                    data["assistant_response"],
+                    int(data["token_estimate"]),
+                    datetime.fromisoformat(data["timestamp"]),
+                    data.get("metadata") or None,
+                    json.dumps(data["raw_messages"]),
+                )
+            except (KeyError, TypeError, ValueError) as exc:
+                raise CorruptStoreError(f"corrupt turn entry {entry.entry_id!r}: {exc}") from exc
+            state.append_record(record, entry.entry_id, None)
         return state, leftovers
 
     def _state(self, conversation_id: str, *, create: bool) -> _State | None:
@@ -287,7 +425,7 @@ class ConversationMemory:
         if not self._persistent:
             if not create:
                 return None
-            state = self._states[conversation_id] = _State(ledger=_ledger(self.max_tokens))
+            state = self._states[conversation_id] = _State(_ledger(self.max_tokens))
             return state
         entries = self.store.load(self.namespace(conversation_id))
         known = bool(entries) or self.store.load_by_key(INDEX_NAMESPACE, conversation_id) is not None
@@ -339,18 +477,18 @@ class ConversationMemory:
         raw_messages: list[ModelMessage] | None,
         metadata: dict[str, Any] | None,
     ) -> ConversationTurn:
+        at = utc_now()
         if raw_messages is None:
-            raw_messages = [
-                ModelRequest(parts=[UserPromptPart(content=user_prompt)]),
-                ModelResponse(parts=[TextPart(content=assistant_response)]),
-            ]
-        tokens = sum(self.estimator.estimate_many(message_texts(raw_messages)))
+            raw_messages = _default_messages(user_prompt, assistant_response, at)
+            tokens = sum(self.estimator.estimate_many([user_prompt, assistant_response]))
+        else:
+            tokens = sum(self.estimator.estimate_many(message_texts(raw_messages)))
         return ConversationTurn.model_construct(
             turn_id=state.next_turn_id,
             user_prompt=user_prompt,
             assistant_response=assistant_response,
             raw_messages=raw_messages,
-            timestamp=utc_now(),
+            timestamp=at,
             token_estimate=tokens,
             metadata=dict(metadata) if metadata else {},
         )
@@ -371,8 +509,9 @@ class ConversationMemory:
         count = 0
         freed = 0
         # The newest turn always stays, even when it alone is over the threshold.
-        while freed < excess and count < len(state.turns) - 1:
-            freed += state.turns[count].token_estimate
+        records = state.records
+        while freed < excess and count < len(records) - 1:
+            freed += records[count][3]
             count += 1
         return count
 
@@ -389,21 +528,18 @@ class ConversationMemory:
                     metadata={"summary": True},
                 )
             )
-        turns.extend(list(state.turns)[:count])
+        turns.extend(state.turn(i) for i in range(count))
         return turns
 
     def _apply_summary(self, state: _State, count: int, summary: object) -> list[str]:
         if not isinstance(summary, str):
             raise TypeError(f"summarizer must return str, not {type(summary).__name__}")
-        evicted = [state.entry_ids.popleft() for _ in range(count)]
-        for _ in range(count):
-            state.turns.popleft()
-        state.ledger.pop_front(count)
+        evicted = state.evict(count)
         state.summary = summary
         state.summary_tokens = self.estimator.estimate(SUMMARY_PREFIX + summary)
         state.summarized_turns += count
         state.summary_at = utc_now()
-        state.ledger.set_summary_tokens(state.summary_tokens)
+        state.set_summary_tokens(state.summary_tokens)
         return evicted
 
     # ------------------------------------------------------------------ public API
@@ -460,9 +596,7 @@ class ConversationMemory:
             if self._persistent:
                 entry_id = uuid.uuid4().hex
                 self.store.save(self.namespace(cid), self._turn_entry(turn, entry_id))
-            state.turns.append(turn)
-            state.entry_ids.append(entry_id)
-            state.ledger.push(turn.token_estimate)
+            state.append(turn, entry_id, default_messages=messages is None)
             count = self._plan_eviction(state)
             if count:
                 self._summarize_sync(cid, state, count)
@@ -514,9 +648,7 @@ class ConversationMemory:
                 entry_id = uuid.uuid4().hex
                 await self.store.async_save(self.namespace(cid), self._turn_entry(turn, entry_id))
             with self._lock:
-                state.turns.append(turn)
-                state.entry_ids.append(entry_id)
-                state.ledger.push(turn.token_estimate)
+                state.append(turn, entry_id, default_messages=messages is None)
                 count = self._plan_eviction(state)
             if count:
                 await self._summarize_async(cid, state, count)
@@ -543,17 +675,7 @@ class ConversationMemory:
             await self.store.async_delete(namespace, entry_id)
 
     def _history(self, state: _State | None) -> list[ModelMessage]:
-        if state is None:
-            return []
-        ledger = state.ledger
-        history: list[ModelMessage] = []
-        if state.summary is not None and ledger.reserved:
-            history.append(summary_message(state.summary, state.summary_at))
-        first = ledger.window_start - ledger.offset
-        turns = state.turns
-        for i in range(first, len(turns)):
-            history.extend(turns[i].raw_messages)
-        return history
+        return [] if state is None else state.history()
 
     def get_message_history(self, conversation_id: str) -> list[ModelMessage]:
         """The messages to send with the next request: summary first, then whole recent turns.
@@ -581,12 +703,12 @@ class ConversationMemory:
         """Retained turns (not yet summarised), oldest first."""
         with self._lock:
             state = self._state(_check_cid(conversation_id), create=False)
-            return [] if state is None else list(state.turns)
+            return [] if state is None else state.turns()
 
     async def async_get_turns(self, conversation_id: str) -> list[ConversationTurn]:
         """Async :meth:`get_turns`."""
         state = await self._astate(_check_cid(conversation_id), create=False)
-        return [] if state is None else list(state.turns)
+        return [] if state is None else state.turns()
 
     def get_total_tokens(self, conversation_id: str) -> int:
         """Sum of the token estimates of the retained turns (the summary excluded)."""
@@ -677,7 +799,7 @@ class ConversationMemory:
                         "timestamp": t.timestamp.isoformat(),
                         "raw_messages": ModelMessagesTypeAdapter.dump_python(t.raw_messages, mode="json"),
                     }
-                    for t in state.turns
+                    for t in state.turns()
                 ],
                 "summary": state.summary,
                 "summary_created_at": state.summary_at.isoformat() if state.summary is not None else None,
@@ -690,7 +812,9 @@ class ConversationMemory:
         await self._astate(_check_cid(conversation_id), create=False)
         return self.export_conversation(conversation_id)
 
-    def _parse_import(self, data: object) -> tuple[str | None, str | None, int, list[tuple[ConversationTurn, str]]]:
+    def _parse_import(
+        self, data: object
+    ) -> tuple[str | None, str | None, int, list[tuple[ConversationTurn, str, bool]]]:
         if not isinstance(data, dict):
             raise TypeError(f"data must be dict, not {type(data).__name__}")
         turns_data = data.get("turns", [])
@@ -703,7 +827,7 @@ class ConversationMemory:
         if isinstance(summarized, bool) or not isinstance(summarized, int) or summarized < 0:
             raise ValueError(f"data['summarized_turns'] must be an int >= 0, got {summarized!r}")
         source_id = data.get("conversation_id")
-        parsed: list[tuple[ConversationTurn, str]] = []
+        parsed: list[tuple[ConversationTurn, str, bool]] = []
         for i, item in enumerate(turns_data):
             where = f"data['turns'][{i}]"
             if not isinstance(item, dict):
@@ -713,11 +837,10 @@ class ConversationMemory:
                     raise ValueError(f"{where}['{name}'] must be str, got {item.get(name)!r}")
             try:
                 raw = item.get("raw_messages")
+                stamp = item.get("timestamp")
+                at = as_utc(datetime.fromisoformat(stamp)) if isinstance(stamp, str) else utc_now()
                 messages = (
-                    [
-                        ModelRequest(parts=[UserPromptPart(content=item["user_prompt"])]),
-                        ModelResponse(parts=[TextPart(content=item["assistant_response"])]),
-                    ]
+                    _default_messages(item["user_prompt"], item["assistant_response"], at)
                     if not raw
                     else ModelMessagesTypeAdapter.validate_python(raw)
                 )
@@ -731,11 +854,11 @@ class ConversationMemory:
                     raw_messages=messages,
                     token_estimate=estimate,
                     metadata=item.get("metadata") or {},
-                    **({"timestamp": item["timestamp"]} if item.get("timestamp") else {}),
+                    timestamp=at,
                 )
             except ValueError as exc:
                 raise ValueError(f"{where} is invalid: {exc}") from exc
-            parsed.append((turn, uuid.uuid4().hex))
+            parsed.append((turn, uuid.uuid4().hex, bool(raw)))
         return (source_id if isinstance(source_id, str) else None), summary, summarized, parsed
 
     def import_conversation(self, data: dict[str, Any], *, conversation_id: str | None = None) -> str:
@@ -766,16 +889,14 @@ class ConversationMemory:
                 if isinstance(data.get("summary_created_at"), str):
                     state.summary_at = datetime.fromisoformat(data["summary_created_at"])
                 state.summary_tokens = self.estimator.estimate(SUMMARY_PREFIX + summary)
-                state.ledger.set_summary_tokens(state.summary_tokens)
+                state.set_summary_tokens(state.summary_tokens)
                 entries.append(self._summary_entry(state, []))
-            for turn, entry_id in parsed:
+            for turn, entry_id, _ in parsed:
                 entries.append(self._turn_entry(turn, entry_id))
             if self._persistent:
                 _save_many(self.store, self.namespace(cid), entries)
-            for turn, entry_id in parsed:
-                state.turns.append(turn)
-                state.entry_ids.append(entry_id)
-                state.ledger.push(turn.token_estimate)
+            for turn, entry_id, given in parsed:
+                state.append(turn, entry_id, default_messages=not given)
         return cid
 
     async def async_import_conversation(
