@@ -229,6 +229,28 @@ class _ThreadedAsync:
 # ---------------------------------------------------------------------------- in memory
 
 
+class _TableStore:
+    """What the Rust-backed stores share: the table does the work, this validates arguments."""
+
+    _table: Any
+
+    def delete(self, namespace: str, entry_id: str) -> bool:
+        """Removes one entry; whether it existed."""
+        return bool(self._table.delete(check_namespace(namespace), check_key_like(entry_id)))
+
+    def clear(self, namespace: str) -> int:
+        """Removes every entry of the namespace; how many."""
+        return int(self._table.clear(check_namespace(namespace)))
+
+    def cleanup_expired(self) -> int:
+        """Removes expired entries; how many."""
+        return int(self._table.cleanup_expired(_now()))
+
+    def namespaces(self) -> list[str]:
+        """Namespaces holding at least one entry."""
+        return list(self._table.namespaces())
+
+
 def _memory_table(use_rust: bool | None = None) -> Any:
     rust = core is not None if use_rust is None else use_rust
     if rust:
@@ -238,7 +260,7 @@ def _memory_table(use_rust: bool | None = None) -> Any:
     return pure.MemoryTable()
 
 
-class InMemoryStore:
+class InMemoryStore(_TableStore):
     """Entries in process memory, with a key index (``load_by_key`` is O(1)).
 
     Content is kept as the object you saved (not copied, not serialised), so anything can be
@@ -272,22 +294,6 @@ class InMemoryStore:
             check_namespace(namespace), check_key(key), _now()
         )
         return found
-
-    def delete(self, namespace: str, entry_id: str) -> bool:
-        """Removes one entry; whether it existed."""
-        return bool(self._table.delete(check_namespace(namespace), check_key_like(entry_id)))
-
-    def clear(self, namespace: str) -> int:
-        """Removes every entry of the namespace; how many."""
-        return int(self._table.clear(check_namespace(namespace)))
-
-    def cleanup_expired(self) -> int:
-        """Drops expired entries from memory; how many."""
-        return int(self._table.cleanup_expired(_now()))
-
-    def namespaces(self) -> list[str]:
-        """Namespaces holding at least one entry."""
-        return list(self._table.namespaces())
 
     # In-memory operations are O(1) and never wait on I/O: run them inline.
     async def async_save(self, namespace: str, entry: MemoryEntry) -> None:
@@ -338,7 +344,7 @@ def _sqlite_table(path: str, use_rust: bool | None = None) -> Any:
     return pure.SqliteTable(path)
 
 
-class SQLiteStore(_ThreadedAsync):
+class SQLiteStore(_TableStore, _ThreadedAsync):
     """An SQLite file (WAL, every operation one transaction, indexed by namespace and key).
 
     Args:
@@ -374,22 +380,6 @@ class SQLiteStore(_ThreadedAsync):
         """The unexpired entry holding ``key``, or ``None``."""
         row = self._table.load_by_key(check_namespace(namespace), check_key(key), _now())
         return None if row is None else row_to_entry(row, self.path)
-
-    def delete(self, namespace: str, entry_id: str) -> bool:
-        """Removes one entry; whether it existed."""
-        return bool(self._table.delete(check_namespace(namespace), check_key_like(entry_id)))
-
-    def clear(self, namespace: str) -> int:
-        """Removes every entry of the namespace; how many."""
-        return int(self._table.clear(check_namespace(namespace)))
-
-    def cleanup_expired(self) -> int:
-        """Deletes expired rows; how many."""
-        return int(self._table.cleanup_expired(_now()))
-
-    def namespaces(self) -> list[str]:
-        """Namespaces holding at least one entry."""
-        return list(self._table.namespaces())
 
     async def async_save_many(self, namespace: str, entries: list[MemoryEntry]) -> None:
         """Async :meth:`save_many`, in a worker thread."""
