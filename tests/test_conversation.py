@@ -376,3 +376,26 @@ class TestCompactRetainedTurns:
             history = mem.get_message_history("c")
             body = history[1:] if reserved else history
             assert body == expected
+
+
+class TestFastTurnConstruction:
+    """new_turn builds exactly what ConversationTurn.model_construct builds."""
+
+    def test_equal_to_model_construct(self) -> None:
+        from memlane.types import new_turn, utc_now
+
+        values = {
+            "turn_id": 3,
+            "user_prompt": "q",
+            "assistant_response": "a",
+            "raw_messages": tool_turn(1),
+            "timestamp": utc_now(),
+            "token_estimate": 9,
+            "metadata": {"k": "v"},
+        }
+        fast = new_turn(**values)
+        slow = ConversationTurn.model_construct(**values)
+        assert fast == slow
+        assert fast.model_dump(mode="json") == slow.model_dump(mode="json")
+        assert fast.model_fields_set == slow.model_fields_set
+        assert ConversationTurn.model_validate(fast.model_dump()) == slow

@@ -37,7 +37,7 @@ from memlane._pure.budget import BudgetLedger as PyBudgetLedger
 from memlane.errors import ConversationNotFoundError, CorruptStoreError
 from memlane.store import InMemoryStore, MemoryStore, dumps_json
 from memlane.tokens import TokenEstimator
-from memlane.types import ConversationTurn, MemoryEntry, MemoryScope, as_utc, utc_now
+from memlane.types import ConversationTurn, MemoryEntry, MemoryScope, as_utc, new_turn, utc_now
 
 logger = logging.getLogger("memlane")
 
@@ -259,7 +259,7 @@ class _State:
     def turn(self, index: int) -> ConversationTurn:
         """The retained turn at ``index`` as a :class:`ConversationTurn`."""
         turn_id, prompt, response, tokens, at, metadata, _ = self.records[index]
-        return ConversationTurn.model_construct(
+        return new_turn(
             turn_id=turn_id,
             user_prompt=prompt,
             assistant_response=response,
@@ -483,7 +483,7 @@ class ConversationMemory:
             tokens = sum(self.estimator.estimate_many([user_prompt, assistant_response]))
         else:
             tokens = sum(self.estimator.estimate_many(message_texts(raw_messages)))
-        return ConversationTurn.model_construct(
+        return new_turn(
             turn_id=state.next_turn_id,
             user_prompt=user_prompt,
             assistant_response=assistant_response,

@@ -92,3 +92,18 @@ class ConversationTurn(BaseModel):
     timestamp: datetime = Field(default_factory=utc_now)
     token_estimate: int = Field(default=0, ge=0)
     metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+def new_turn(**values: Any) -> ConversationTurn:
+    """A :class:`ConversationTurn` from already-checked values, without validation.
+
+    What ``ConversationTurn.model_construct`` does, minus its per-field default handling:
+    every field is given, and at ~1.5 us instead of ~3.5 us it is a sixth of a heuristic
+    turn. A test holds it equal to ``model_construct``.
+    """
+    turn = object.__new__(ConversationTurn)
+    object.__setattr__(turn, "__dict__", values)
+    object.__setattr__(turn, "__pydantic_fields_set__", set(values))
+    object.__setattr__(turn, "__pydantic_extra__", None)
+    object.__setattr__(turn, "__pydantic_private__", None)
+    return turn
