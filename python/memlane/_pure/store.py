@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -180,6 +182,24 @@ PRAGMAS = ("PRAGMA journal_mode=WAL", "PRAGMA synchronous=NORMAL", "PRAGMA busy_
 _COLUMNS = "entry_id, scope, key, content, metadata, created_at, expires_at, importance"
 
 
+def _with_lock_retry(op: Callable[[], object]) -> None:
+    """Runs ``op``, retrying for up to 30 s while the database is locked.
+
+    Switching a fresh file to WAL takes a lock that SQLite's busy handler does not wait for,
+    so processes opening the same new file at once would otherwise fail with "database is
+    locked" (the Rust table retries the same way).
+    """
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            op()
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.01)
+
+
 class SqliteTable:
     """The SQLite store on stdlib ``sqlite3``: every call is one transaction."""
 
@@ -190,7 +210,7 @@ class SqliteTable:
         self._conn: sqlite3.Connection | None = conn
         self._lock = threading.Lock()
         for pragma in PRAGMAS:
-            conn.execute(pragma)
+            _with_lock_retry(lambda: conn.execute(pragma))  # noqa: B023 (called at once)
         with self._lock:
             conn.executescript(SCHEMA)
 

@@ -141,6 +141,24 @@ pub struct SqliteTable {
     conn: Connection,
 }
 
+/// Runs `op`, retrying for up to 30 s while the database is locked. Switching a fresh file to
+/// WAL takes a lock that SQLite's busy handler does not wait for, so processes opening the
+/// same new file at once would otherwise fail with "database is locked" (the twin retries
+/// the same way).
+fn with_lock_retry<T>(mut op: impl FnMut() -> rusqlite::Result<T>) -> rusqlite::Result<T> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        match op() {
+            Err(rusqlite::Error::SqliteFailure(e, _))
+                if e.code == rusqlite::ErrorCode::DatabaseBusy && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            other => return other,
+        }
+    }
+}
+
 impl SqliteTable {
     /// Opens (creating if missing) the database at `path` and its parent directories;
     /// `":memory:"` is an in-memory database.
@@ -158,7 +176,7 @@ impl SqliteTable {
         // The twin connects with timeout=30 before running its PRAGMAs.
         conn.busy_timeout(Duration::from_secs(30))?;
         for pragma in PRAGMAS {
-            conn.execute_batch(pragma)?;
+            with_lock_retry(|| conn.execute_batch(pragma))?;
         }
         conn.execute_batch(SCHEMA)?;
         Ok(Self { conn })
