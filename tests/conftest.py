@@ -74,7 +74,7 @@ def _close_the_loop_run_sync_leaves(request: pytest.FixtureRequest) -> Iterator[
 # servers instead. A server that cannot start fails the tests that need it, with the reason:
 # these tests never skip.
 
-import db_servers  # noqa: E402
+import db_servers
 
 
 def _start_server(kind: str, start: object, workdir: object) -> db_servers.Server:

@@ -6,6 +6,7 @@ from typing import Any
 
 from pydantic_ai.messages import ModelMessage
 
+from memlane.config import MemlaneSettings, create_store
 from memlane.conversation import ConversationMemory, Summarizer
 from memlane.store import InMemoryStore, MemoryStore
 from memlane.tokens import TokenEstimator
@@ -46,6 +47,51 @@ class MemoryManager:
             store=self._store,
         )
         self._working = WorkingMemory(store=self._store, scope_id=working_scope_id)
+
+    @classmethod
+    def from_config(cls, settings: MemlaneSettings | None = None, **kwargs: Any) -> MemoryManager:
+        """A manager on the store ``MEMLANE_*`` variables describe, connected and ready.
+
+        A database store is initialised here (connected, schema migrated), on the private
+        loop its sync methods use; see :mod:`memlane.config` for the variables.
+
+        Args:
+            settings: Use these instead of reading the environment.
+            **kwargs: Passed to the constructor (``summarizer=``, ``working_scope_id=``,
+                ...); they win over the settings.
+
+        Raises:
+            ValueError: A configuration problem; the message names the variable.
+            StoreConnectionError: The database cannot be reached.
+        """
+        settings = settings if settings is not None else MemlaneSettings.from_env()
+        store = create_store(settings)
+        initialize_sync = getattr(store, "initialize_sync", None)
+        if initialize_sync is not None:
+            initialize_sync()
+        options: dict[str, Any] = {
+            "max_conversation_tokens": settings.max_conversation_tokens,
+            "summarize_threshold": settings.summarize_threshold,
+            **kwargs,
+        }
+        return cls(store=store, **options)
+
+    @classmethod
+    async def afrom_config(
+        cls, settings: MemlaneSettings | None = None, **kwargs: Any
+    ) -> MemoryManager:
+        """Async :meth:`from_config`: a database store is initialised on the running loop."""
+        settings = settings if settings is not None else MemlaneSettings.from_env()
+        store = create_store(settings)
+        initialize = getattr(store, "initialize", None)
+        if initialize is not None:
+            await initialize()
+        options: dict[str, Any] = {
+            "max_conversation_tokens": settings.max_conversation_tokens,
+            "summarize_threshold": settings.summarize_threshold,
+            **kwargs,
+        }
+        return cls(store=store, **options)
 
     @classmethod
     def _compose(cls, conversation: ConversationMemory, working: WorkingMemory) -> MemoryManager:

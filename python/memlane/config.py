@@ -1,0 +1,164 @@
+"""Configuration from ``MEMLANE_*`` environment variables: which store, and the memory budgets.
+
+:class:`MemlaneSettings` reads them (pydantic-settings); :func:`create_store` builds the store
+they describe; :meth:`memlane.MemoryManager.from_config` does both and initialises a database
+store. Every problem is a :class:`ValueError` naming the variable to fix.
+
+* ``MEMLANE_BACKEND``: ``in_memory`` (default), ``file``, ``sqlite``, ``postgres`` or ``mongodb``.
+* ``MEMLANE_MAX_CONVERSATION_TOKENS``: budget of each conversation's history (``128000``).
+* ``MEMLANE_SUMMARIZE_THRESHOLD``: summarise retained turns above this many tokens (``10``).
+* ``MEMLANE_FILE_DIR``: directory of the ``file`` backend (``.memlane``).
+* ``MEMLANE_SQLITE_PATH``: database file of the ``sqlite`` backend (``.memlane/memory.sqlite3``).
+* ``MEMLANE_POSTGRES_URL``: required for ``postgres``.
+* ``MEMLANE_POSTGRES_POOL_SIZE``: most connections per event loop (``10``).
+* ``MEMLANE_POSTGRES_POOL_MIN_SIZE``: connections opened up front (``2``).
+* ``MEMLANE_POSTGRES_SCHEMA``: schema of the table (``memlane``).
+* ``MEMLANE_MONGODB_URL``: required for ``mongodb``.
+* ``MEMLANE_MONGODB_DATABASE``: database name (``memlane``).
+* ``MEMLANE_MONGODB_COLLECTION``: collection name (``entries``).
+* ``MEMLANE_MONGODB_POOL_SIZE``: most connections per client (``10``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from memlane.database_store import check_mongo_name, check_schema_name
+from memlane.store import FileStore, InMemoryStore, MemoryStore, SQLiteStore
+
+__all__ = ["ENV_PREFIX", "Backend", "MemlaneSettings", "create_store"]
+
+ENV_PREFIX = "MEMLANE_"
+
+Backend = Literal["in_memory", "file", "sqlite", "postgres", "mongodb"]
+
+
+def _variable(field: str) -> str:
+    return f"{ENV_PREFIX}{field.upper()}"
+
+
+class MemlaneSettings(BaseSettings):
+    """memlane's settings, read from ``MEMLANE_*`` variables (names are case-insensitive).
+
+    Use :meth:`from_env` rather than the constructor to get errors that name the variable.
+
+    Attributes:
+        backend: Which store ``MemoryManager.from_config`` builds.
+        max_conversation_tokens: Budget of each conversation's history.
+        summarize_threshold: Token total above which turns are folded into the summary.
+        file_dir: Directory of the ``file`` backend.
+        sqlite_path: Database file of the ``sqlite`` backend.
+        postgres_url: Connection URL of the ``postgres`` backend (required for it).
+        postgres_pool_size: Most PostgreSQL connections per event loop.
+        postgres_pool_min_size: PostgreSQL connections opened up front.
+        postgres_schema: Schema of the PostgreSQL table.
+        mongodb_url: Connection URL of the ``mongodb`` backend (required for it).
+        mongodb_database: MongoDB database name.
+        mongodb_collection: MongoDB collection name.
+        mongodb_pool_size: Most MongoDB connections per client.
+    """
+
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, case_sensitive=False, extra="ignore")
+
+    backend: Backend = "in_memory"
+    max_conversation_tokens: int = Field(default=128_000, gt=0)
+    summarize_threshold: int = Field(default=10, gt=0)
+    file_dir: str = ".memlane"
+    sqlite_path: str = ".memlane/memory.sqlite3"
+    postgres_url: str | None = None
+    postgres_pool_size: int = Field(default=10, gt=0)
+    postgres_pool_min_size: int = Field(default=2, ge=0)
+    postgres_schema: str = "memlane"
+    mongodb_url: str | None = None
+    mongodb_database: str = "memlane"
+    mongodb_collection: str = "entries"
+    mongodb_pool_size: int = Field(default=10, gt=0)
+
+    @field_validator("backend", mode="before")
+    @classmethod
+    def _backend_name(cls, value: object) -> object:
+        return value.strip().lower() if isinstance(value, str) else value
+
+    @field_validator("postgres_schema")
+    @classmethod
+    def _schema(cls, value: str) -> str:
+        return check_schema_name(value)
+
+    @field_validator("mongodb_database", "mongodb_collection")
+    @classmethod
+    def _mongo_name(cls, value: str) -> str:
+        return check_mongo_name(value, "value")
+
+    @model_validator(mode="after")
+    def _backend_needs(self) -> MemlaneSettings:
+        if self.backend == "postgres" and not self.postgres_url:
+            raise ValueError(
+                f"{_variable('postgres_url')} must be set when {_variable('backend')}=postgres"
+            )
+        if self.backend == "mongodb" and not self.mongodb_url:
+            raise ValueError(
+                f"{_variable('mongodb_url')} must be set when {_variable('backend')}=mongodb"
+            )
+        if self.postgres_pool_min_size > self.postgres_pool_size:
+            raise ValueError(
+                f"{_variable('postgres_pool_min_size')} ({self.postgres_pool_min_size}) must not exceed "
+                f"{_variable('postgres_pool_size')} ({self.postgres_pool_size})"
+            )
+        return self
+
+    @classmethod
+    def from_env(cls, **overrides: Any) -> MemlaneSettings:
+        """Reads the environment (``overrides`` win over it).
+
+        Raises:
+            ValueError: An unknown backend, a missing URL, a non-integer or out-of-range
+                number; the message names each offending variable.
+        """
+        try:
+            return cls(**overrides)
+        except ValidationError as exc:
+            problems = []
+            for error in exc.errors(include_url=False):
+                field = str(error["loc"][0]) if error["loc"] else ""
+                message = error["msg"].removeprefix("Value error, ")
+                if field:
+                    problems.append(f"{_variable(field)}={error.get('input')!r}: {message}")
+                else:
+                    problems.append(message)
+            raise ValueError("invalid memlane configuration: " + "; ".join(problems)) from None
+
+
+def create_store(settings: MemlaneSettings) -> MemoryStore:
+    """The store ``settings`` describe, not yet connected.
+
+    Raises:
+        ImportError: The backend's optional driver is missing (the message names the extra).
+    """
+    if settings.backend == "file":
+        return FileStore(settings.file_dir)
+    if settings.backend == "sqlite":
+        return SQLiteStore(settings.sqlite_path)
+    if settings.backend == "postgres":
+        from memlane.database_store import PostgreSQLStore
+
+        assert settings.postgres_url is not None  # checked by the model validator
+        return PostgreSQLStore(
+            settings.postgres_url,
+            pool_size=settings.postgres_pool_size,
+            pool_min_size=settings.postgres_pool_min_size,
+            schema_name=settings.postgres_schema,
+        )
+    if settings.backend == "mongodb":
+        from memlane.database_store import MongoDBStore
+
+        assert settings.mongodb_url is not None  # checked by the model validator
+        return MongoDBStore(
+            settings.mongodb_url,
+            database=settings.mongodb_database,
+            collection=settings.mongodb_collection,
+            pool_size=settings.mongodb_pool_size,
+        )
+    return InMemoryStore()
