@@ -10,7 +10,6 @@ use pyo3::types::{
     PyByteArray, PyBytes, PyDict, PyFloat, PyInt, PyList, PyMemoryView, PyString, PyTuple,
 };
 use rusqlite::types::Value;
-use std::borrow::Cow;
 use std::path::PathBuf;
 use std::sync::{Mutex, MutexGuard};
 
@@ -36,19 +35,38 @@ fn repr(obj: &Bound<'_, PyAny>) -> String {
         .unwrap_or_else(|_| "<unrepresentable>".to_owned())
 }
 
-/// UTF-8 view of a Python string. Lone surrogates cannot be UTF-8; like tiktoken, they are
+/// A UTF-8 copy of a Python string, alive while it is counted.
+///
+/// `PyString::to_str` would be zero-copy, but for a non-ASCII string CPython keeps the UTF-8
+/// form it builds attached to the string for good: every counted message would carry a second
+/// copy of its text for as long as memory holds it. A temporary `bytes` is dropped after.
+enum Utf8<'py> {
+    Bytes(Bound<'py, PyBytes>),
+    Owned(String),
+}
+
+impl Utf8<'_> {
+    fn as_str(&self) -> &str {
+        match self {
+            Utf8::Bytes(bytes) => std::str::from_utf8(bytes.as_bytes()).unwrap_or_default(),
+            Utf8::Owned(text) => text,
+        }
+    }
+}
+
+/// UTF-8 of a Python string. Lone surrogates cannot be UTF-8; like tiktoken, they are
 /// replaced through a UTF-16 round trip (valid pairs joined, lone halves become U+FFFD).
-fn text_of<'a>(obj: &'a Bound<'_, PyAny>, what: &dyn Fn() -> String) -> PyResult<Cow<'a, str>> {
+fn text_of<'py>(obj: &Bound<'py, PyAny>, what: &dyn Fn() -> String) -> PyResult<Utf8<'py>> {
     let s = obj
         .cast::<PyString>()
         .map_err(|_| PyTypeError::new_err(format!("{} must be str, not {}", what(), type_name(obj))))?;
-    match s.to_str() {
-        Ok(text) => Ok(Cow::Borrowed(text)),
+    match s.encode_utf8() {
+        Ok(bytes) => Ok(Utf8::Bytes(bytes)),
         Err(_) => {
             let fixed = s
                 .call_method1("encode", ("utf-16", "surrogatepass"))?
                 .call_method1("decode", ("utf-16", "replace"))?;
-            Ok(Cow::Owned(fixed.extract::<String>()?))
+            Ok(Utf8::Owned(fixed.extract::<String>()?))
         }
     }
 }
@@ -162,11 +180,11 @@ impl PyTokenEstimator {
     /// Number of tokens in `text`.
     fn estimate(&self, py: Python<'_>, text: &Bound<'_, PyAny>) -> PyResult<usize> {
         let text = text_of(text, &|| "text".to_owned())?;
+        let text = text.as_str();
         if text.len() > DETACH_BYTES {
-            let text: &str = &text;
             Ok(py.detach(|| self.mode.count(text)))
         } else {
-            Ok(self.mode.count(&text))
+            Ok(self.mode.count(text))
         }
     }
 
@@ -187,12 +205,12 @@ impl PyTokenEstimator {
                 ))
             })?
             .collect::<PyResult<_>>()?;
-        let views: Vec<Cow<'_, str>> = items
+        let views: Vec<Utf8<'_>> = items
             .iter()
             .enumerate()
             .map(|(i, obj)| text_of(obj, &|| format!("texts[{i}]")))
             .collect::<PyResult<_>>()?;
-        let refs: Vec<&str> = views.iter().map(|c| c.as_ref()).collect();
+        let refs: Vec<&str> = views.iter().map(Utf8::as_str).collect();
         Ok(py.detach(|| self.mode.count_many(&refs)))
     }
 
