@@ -1,0 +1,133 @@
+"""Runs memlane's benchmarks and regenerates RESULTS.md, the plots and the README section.
+
+Usage::
+
+    python -m benches                   # every workload, full sizes (< 15 min on 2 cores)
+    python -m benches --quick           # smoke run (< 2 min)
+    python -m benches --only turns      # one workload; the others keep their stored results
+    python -m benches --report          # regenerate RESULTS.md / plots / README from results.json
+
+Workloads: tokens (1), turns (2), scaling (3), stores (4), memory (5). Results are stored per
+workload in ``benches/results.json``, so a workload can be re-run on its own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import traceback
+from datetime import UTC, datetime
+from pathlib import Path
+
+if __package__ in (None, ""):  # `python benches/run.py`: make the repository importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benches import bench_memory, bench_stores, bench_tokens, bench_turns, report
+from benches.harness import BENCH_DIR, Config, WorkloadResult, environment, loadavg
+
+WORKLOADS = {
+    "tokens": ("1. Token counting (exact o200k_base)", bench_tokens.run),
+    "turns": ("2. Agent-host turn loop (add_turn + get_message_history)", bench_turns.run_turns),
+    "scaling": ("3. Per-turn cost against conversation length", bench_turns.run_scaling),
+    "stores": ("4. Stores: working memory on every store", bench_stores.run),
+    "memory": ("5. Memory: resident bytes per stored turn", bench_memory.run),
+}
+RESULTS_JSON = BENCH_DIR / "results.json"
+
+
+def _load() -> tuple[dict[str, WorkloadResult], dict[str, str]]:
+    if not RESULTS_JSON.exists():
+        return {}, {}
+    data = json.loads(RESULTS_JSON.read_text(encoding="utf-8"))
+    results = {
+        k: WorkloadResult.from_json(v)
+        for k, v in data.get("workloads", {}).items()
+        if k in WORKLOADS
+    }
+    return results, data.get("environment", {})
+
+
+def _save(results: dict[str, WorkloadResult], env: dict[str, str]) -> None:
+    data = {"environment": env, "workloads": {k: v.to_json() for k, v in results.items()}}
+    RESULTS_JSON.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m benches",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--quick", action="store_true", help="smoke-run sizes (< 2 minutes)")
+    parser.add_argument(
+        "--only",
+        action="append",
+        choices=list(WORKLOADS),
+        metavar="WORKLOAD",
+        help=f"run only this workload (repeatable): {', '.join(WORKLOADS)}",
+    )
+    parser.add_argument(
+        "--report", action="store_true", help="only regenerate the outputs from results.json"
+    )
+    parser.add_argument("--no-profile", action="store_true", help="skip profiling missed targets")
+    parser.add_argument("--no-readme", action="store_true", help="leave README.md alone")
+    parser.add_argument("--seed", type=int, default=Config.seed)
+    args = parser.parse_args(argv)
+
+    cfg = Config(quick=args.quick, seed=args.seed, profile=not args.no_profile)
+    results, env = _load()
+    command = "python -m benches" + (" --quick" if args.quick else "")
+    if not args.report:
+        selected = args.only or list(WORKLOADS)
+        if not args.only:
+            results = {}
+        env = environment()
+        if args.only:
+            command += "".join(f" --only {k}" for k in selected)
+        started = time.perf_counter()
+        print(
+            f"memlane benchmarks ({'quick' if cfg.quick else 'full'}): {', '.join(selected)}",
+            flush=True,
+        )
+        for key in selected:
+            title, fn = WORKLOADS[key]
+            print(f"\n== {title}", flush=True)
+            t0 = time.perf_counter()
+            try:
+                res = fn(cfg, lambda msg: print(msg, flush=True))
+            except Exception:  # noqa: BLE001 - report the failure in RESULTS.md, run the rest
+                res = WorkloadResult(key, title, quick=cfg.quick, error=traceback.format_exc())
+                print(res.error, file=sys.stderr, flush=True)
+            res.elapsed_s = time.perf_counter() - t0
+            res.date = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+            results[key] = res
+            for t in res.targets:
+                print(f"   target: {t.text}: {t.measured} → {t.verdict}", flush=True)
+            print(f"   ({res.elapsed_s:.0f} s)", flush=True)
+            _save(results, env)
+        env["load average at end"] = loadavg()
+        env["total run time"] = f"{time.perf_counter() - started:.0f} s"
+        _save(results, env)
+    if not results:
+        print("no results to report; run without --report first", file=sys.stderr)
+        return 1
+    path = report.write_all(results, env, list(WORKLOADS), command, readme=not args.no_readme)
+    print(
+        f"\nwrote {path.relative_to(BENCH_DIR.parent)}"
+        + ("" if args.no_readme else " and README.md's performance section"),
+        flush=True,
+    )
+    missed = [t for r in results.values() for t in r.targets if t.met is False]
+    unmeasured = [t for r in results.values() for t in r.targets if t.met is None]
+    print(
+        f"targets: {sum(t.met is True for r in results.values() for t in r.targets)} met, "
+        f"{len(missed)} missed, {len(unmeasured)} not measured",
+        flush=True,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
