@@ -68,7 +68,7 @@ const CL100K_SPLIT: &str = concat!(
 );
 
 /// Exact BPE counting: a DFA pre-tokenizer, direct rank lookups for pieces that are whole
-/// tokens, and tiktoken-rs's byte-pair merge (linear-time heap variant for long pieces) for
+/// tokens, and tiktoken-rs's byte-pair merge (its O(n log n) heap variant for long pieces) for
 /// the rest.
 pub struct ExactCounter {
     ranks: FxHashMap<Vec<u8>, Rank>,
