@@ -27,6 +27,8 @@ from pydantic_ai.messages import (
     ModelMessagesTypeAdapter,
     ModelRequest,
     ModelResponse,
+    RetryFeedbackPart,
+    RetryPromptPart,
     SystemPromptPart,
     TextPart,
     UserPromptPart,
@@ -115,7 +117,7 @@ def message_texts(messages: Iterable[ModelMessage]) -> list[str]:
             elif isinstance(part, BaseToolReturnPart):
                 texts.append(part.tool_name)
                 texts.append(part.model_response_str())
-            elif hasattr(part, "model_response") and not isinstance(part.content, str):
+            elif isinstance(part, RetryFeedbackPart | RetryPromptPart) and not isinstance(part.content, str):
                 texts.append(part.model_response())  # retry feedback with validation errors
             else:
                 texts.extend(_content_texts(getattr(part, "content", None)))
@@ -493,6 +495,22 @@ class ConversationMemory:
             metadata=dict(metadata) if metadata else {},
         )
 
+    def _check_turn(
+        self,
+        conversation_id: object,
+        user_prompt: object,
+        assistant_response: object,
+        raw_messages: object,
+        metadata: object,
+    ) -> tuple[str, list[ModelMessage] | None]:
+        """Validates add_turn's arguments before anything is stored."""
+        cid = _check_cid(conversation_id)
+        _check_str(user_prompt, "user_prompt")
+        _check_str(assistant_response, "assistant_response")
+        messages = None if raw_messages is None else _check_messages(raw_messages)
+        self._check_metadata(metadata)
+        return cid, messages
+
     def _check_metadata(self, metadata: object) -> None:
         if metadata is None:
             return
@@ -583,11 +601,9 @@ class ConversationMemory:
             TypeError: An argument of the wrong type (nothing is stored).
             UnstorableValueError: ``metadata`` cannot be persisted (nothing is stored).
         """
-        cid = _check_cid(conversation_id)
-        _check_str(user_prompt, "user_prompt")
-        _check_str(assistant_response, "assistant_response")
-        messages = None if raw_messages is None else _check_messages(raw_messages)
-        self._check_metadata(metadata)
+        cid, messages = self._check_turn(
+            conversation_id, user_prompt, assistant_response, raw_messages, metadata
+        )
         with self._lock:
             state = self._state(cid, create=True)
             assert state is not None
@@ -634,11 +650,9 @@ class ConversationMemory:
         metadata: dict[str, Any] | None = None,
     ) -> ConversationTurn:
         """Async :meth:`add_turn`; store I/O and an async summarizer are awaited."""
-        cid = _check_cid(conversation_id)
-        _check_str(user_prompt, "user_prompt")
-        _check_str(assistant_response, "assistant_response")
-        messages = None if raw_messages is None else _check_messages(raw_messages)
-        self._check_metadata(metadata)
+        cid, messages = self._check_turn(
+            conversation_id, user_prompt, assistant_response, raw_messages, metadata
+        )
         async with self._async_lock(cid):
             state = await self._astate(cid, create=True)
             assert state is not None

@@ -251,12 +251,9 @@ class _TableStore:
         return list(self._table.namespaces())
 
 
-def _memory_table(use_rust: bool | None = None) -> Any:
-    rust = core is not None if use_rust is None else use_rust
-    if rust:
-        from memlane._backend import rust_core
-
-        return rust_core().MemoryTable()  # type: ignore[union-attr]
+def _memory_table() -> Any:
+    if core is not None:
+        return core.MemoryTable()
     return pure.MemoryTable()
 
 
@@ -335,12 +332,9 @@ def check_key_like(entry_id: object) -> str:
 # ---------------------------------------------------------------------------- SQLite
 
 
-def _sqlite_table(path: str, use_rust: bool | None = None) -> Any:
-    rust = core is not None if use_rust is None else use_rust
-    if rust:
-        from memlane._backend import rust_core
-
-        return rust_core().SqliteTable(path)  # type: ignore[union-attr]
+def _sqlite_table(path: str) -> Any:
+    if core is not None:
+        return core.SqliteTable(path)
     return pure.SqliteTable(path)
 
 
