@@ -280,32 +280,16 @@ def require_rust(*names: str) -> Any:
 def memlane_backend(rust: bool) -> Iterator[None]:
     """Selects memlane's Rust path or its pure-Python twin, inside this process.
 
-    memlane picks its tables and ledger through the module attribute ``core`` at construction
-    time (``store._memory_table``, ``store._sqlite_table``, ``conversation._ledger``). Setting
-    ``memlane._backend.core``, ``memlane.store.core`` and ``memlane.conversation.core`` to the
-    extension (Rust) or to ``None`` (twin) for the duration of a contender's construction is
-    the switch; estimators are passed explicitly. Callers verify which classes they got.
+    memlane builds its tables and ledger through ``memlane._backend.active`` at construction
+    time, so ``_backend.use`` around a contender's construction is the switch; estimators are
+    passed explicitly. Callers verify which classes they got.
     """
-    import memlane._backend as backend
-    from memlane import conversation, store
+    from memlane import _backend
 
-    modules = [backend, store, conversation]
-    try:
-        from memlane import database_store  # being written; optional
-
-        if hasattr(database_store, "core"):
-            modules.append(database_store)
-    except ImportError:
-        pass
-    target = require_rust() if rust else None
-    saved = [m.core for m in modules]
-    for m in modules:
-        m.core = target  # type: ignore[attr-defined]
-    try:
+    if rust:
+        require_rust()
+    with _backend.use("rust" if rust else "python"):
         yield
-    finally:
-        for m, value in zip(modules, saved, strict=True):
-            m.core = value  # type: ignore[attr-defined]
 
 
 def implementation(obj: Any) -> str:

@@ -12,6 +12,7 @@ from types import ModuleType
 import pytest
 from hypothesis import HealthCheck, settings
 
+from memlane import _backend
 from memlane._backend import rust_core
 
 settings.register_profile(
@@ -43,6 +44,30 @@ def backend(request: pytest.FixtureRequest) -> str:
     if request.param == "rust":
         require_rust_core()
     return str(request.param)
+
+
+@pytest.fixture(scope="session", params=["rust", "python"])
+def impl(request: pytest.FixtureRequest) -> _backend.Implementation:
+    """Each implementation in turn, for the whole session (multidict's ``impl`` fixture).
+
+    A test that asks for it builds its stores, ledgers and conversations with that
+    implementation (the autouse fixture below selects it around the test); the Rust run fails
+    loudly if there is no extension.
+    """
+    if request.param == "rust":
+        require_rust_core()
+    return _backend.implementation(request.param)
+
+
+@pytest.fixture(autouse=True)
+def _select_impl(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Selects the test's ``impl`` (if it asks for one) only for the duration of that test."""
+    if "impl" not in request.fixturenames:
+        yield
+        return
+    chosen: _backend.Implementation = request.getfixturevalue("impl")
+    with _backend.use(chosen.name):
+        yield
 
 
 @pytest.fixture(autouse=True)

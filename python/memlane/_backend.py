@@ -1,25 +1,55 @@
 """Chooses between the Rust extension and the pure-Python twin.
 
-This is the only module that imports ``memlane._core``. Everything else asks it for the
-active implementation, so one switch (``MEMLANE_PURE_PYTHON=1``) flips the whole package.
+This is the only module that imports ``memlane._core`` and the only one that branches on the
+implementation. Everything else constructs its hot pieces through :data:`active`
+(``_backend.active.BudgetLedger(...)``), so one switch (``MEMLANE_PURE_PYTHON=1``) flips the
+whole package, and a test or a benchmark can select either implementation inside one process
+with :func:`use`.
+
+Under ``TYPE_CHECKING`` the twin classes are the types of every field, so ``mypy --strict``
+checks each call into either implementation against the readable reference.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+from collections.abc import Iterator
+from dataclasses import dataclass
 from types import ModuleType
-from typing import Literal
+from typing import Literal, cast
+
+from memlane._pure import budget as _pure_budget
+from memlane._pure import store as _pure_store
 
 logger = logging.getLogger("memlane")
 
 _TRUTHY = {"1", "true", "yes", "on"}
 
+BackendName = Literal["rust", "python"]
 
-def _load_core() -> ModuleType | None:
-    if os.environ.get("MEMLANE_PURE_PYTHON", "").strip().lower() in _TRUTHY:
-        logger.debug("memlane: MEMLANE_PURE_PYTHON is set; using the pure-Python backend")
-        return None
+
+@dataclass(frozen=True, slots=True)
+class Implementation:
+    """The classes of one implementation; the twin's are the reference types."""
+
+    name: BackendName
+    BudgetLedger: type[_pure_budget.BudgetLedger]
+    MemoryTable: type[_pure_store.MemoryTable]
+    SqliteTable: type[_pure_store.SqliteTable]
+
+
+PYTHON = Implementation(
+    name="python",
+    BudgetLedger=_pure_budget.BudgetLedger,
+    MemoryTable=_pure_store.MemoryTable,
+    SqliteTable=_pure_store.SqliteTable,
+)
+"""The pure-Python twin: the readable reference."""
+
+
+def _import_core() -> ModuleType | None:
     try:
         from memlane import _core
     except ImportError as exc:  # platform without a wheel, or a broken build
@@ -28,11 +58,32 @@ def _load_core() -> ModuleType | None:
     return _core
 
 
+def _rust(module: ModuleType) -> Implementation:
+    # The extension's classes mirror the twin's API (held to it by the differential tests);
+    # the casts let the type checker read them as the twin.
+    return Implementation(
+        name="rust",
+        BudgetLedger=cast("type[_pure_budget.BudgetLedger]", module.BudgetLedger),
+        MemoryTable=cast("type[_pure_store.MemoryTable]", module.MemoryTable),
+        SqliteTable=cast("type[_pure_store.SqliteTable]", module.SqliteTable),
+    )
+
+
+def _load_core() -> ModuleType | None:
+    if os.environ.get("MEMLANE_PURE_PYTHON", "").strip().lower() in _TRUTHY:
+        logger.debug("memlane: MEMLANE_PURE_PYTHON is set; using the pure-Python backend")
+        return None
+    return _import_core()
+
+
 core: ModuleType | None = _load_core()
 """The Rust extension module, or ``None`` when the pure-Python twin is active."""
 
-BACKEND: Literal["rust", "python"] = "rust" if core is not None else "python"
-"""Which implementation is active: ``"rust"`` or ``"python"``."""
+BACKEND: BackendName = "rust" if core is not None else "python"
+"""Which implementation this process chose at import: ``"rust"`` or ``"python"``."""
+
+active: Implementation = _rust(core) if core is not None else PYTHON
+"""The implementation new objects are built with (normally the one :data:`BACKEND` names)."""
 
 
 def rust_core() -> ModuleType | None:
@@ -40,10 +91,37 @@ def rust_core() -> ModuleType | None:
 
     Differential tests use this to run both implementations side by side in one process.
     """
-    if core is not None:
-        return core
+    return core if core is not None else _import_core()
+
+
+def implementation(name: BackendName) -> Implementation:
+    """The implementation called ``name``.
+
+    Raises:
+        ValueError: ``name`` is not ``"rust"`` or ``"python"``.
+        ImportError: ``"rust"`` was asked for and the extension cannot be imported.
+    """
+    if name == "python":
+        return PYTHON
+    if name != "rust":
+        raise ValueError(f"backend must be 'rust' or 'python', got {name!r}")
+    module = rust_core()
+    if module is None:
+        raise ImportError("memlane._core (the Rust extension) cannot be imported")
+    return _rust(module)
+
+
+@contextlib.contextmanager
+def use(name: BackendName) -> Iterator[Implementation]:
+    """Builds new objects with implementation ``name`` inside the ``with`` block.
+
+    For tests and benchmarks that compare both implementations in one process; objects keep
+    the implementation they were built with after the block ends.
+    """
+    global active
+    saved = active
+    active = implementation(name)
     try:
-        from memlane import _core
-    except ImportError:
-        return None
-    return _core
+        yield active
+    finally:
+        active = saved

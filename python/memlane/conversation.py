@@ -34,8 +34,7 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 
-from memlane._backend import core
-from memlane._pure.budget import BudgetLedger as PyBudgetLedger
+from memlane import _backend
 from memlane.errors import ConversationNotFoundError, CorruptStoreError
 from memlane.store import InMemoryStore, MemoryStore, dumps_json
 from memlane.tokens import TokenEstimator
@@ -53,9 +52,7 @@ SUMMARY_PREFIX = "Summary of the earlier conversation:\n"
 
 
 def _ledger(max_tokens: int) -> Any:
-    if core is not None:
-        return core.BudgetLedger(max_tokens)
-    return PyBudgetLedger(max_tokens)
+    return _backend.active.BudgetLedger(max_tokens)
 
 
 def _check_positive_int(value: object, name: str) -> int:

@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
-from memlane._backend import core
+from memlane import _backend
 from memlane._pure import store as pure
 from memlane.errors import CorruptStoreError, UnstorableValueError
 from memlane.types import MemoryEntry, MemoryScope
@@ -252,9 +252,7 @@ class _TableStore:
 
 
 def _memory_table() -> Any:
-    if core is not None:
-        return core.MemoryTable()
-    return pure.MemoryTable()
+    return _backend.active.MemoryTable()
 
 
 class InMemoryStore(_TableStore):
@@ -333,9 +331,7 @@ def check_key_like(entry_id: object) -> str:
 
 
 def _sqlite_table(path: str) -> Any:
-    if core is not None:
-        return core.SqliteTable(path)
-    return pure.SqliteTable(path)
+    return _backend.active.SqliteTable(path)
 
 
 class SQLiteStore(_TableStore, _ThreadedAsync):

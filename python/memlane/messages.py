@@ -1,0 +1,93 @@
+"""pydantic-ai messages as memlane sees them: the texts a request carries, the summary message,
+and the compact form retained turns are kept in."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Any
+
+from pydantic_ai.messages import (
+    BaseToolCallPart,
+    BaseToolReturnPart,
+    ModelMessage,
+    ModelMessagesTypeAdapter,
+    ModelRequest,
+    ModelResponse,
+    RetryFeedbackPart,
+    RetryPromptPart,
+    SystemPromptPart,
+    TextPart,
+    UserPromptPart,
+)
+
+SUMMARY_PREFIX = "Summary of the earlier conversation:\n"
+"""Opens the system prompt that carries a rolling summary."""
+
+
+def _content_texts(content: Any) -> Iterable[str]:
+    if isinstance(content, str):
+        yield content
+    elif isinstance(content, Sequence):
+        for item in content:
+            if isinstance(item, str):
+                yield item
+            elif (url := getattr(item, "url", None)) is not None:
+                yield str(url)
+
+
+def message_texts(messages: Iterable[ModelMessage]) -> list[str]:
+    """Every piece of text a model is sent for these messages.
+
+    Prompts, system prompts, text, thinking, tool-call names and arguments, tool returns and
+    retry feedback all count: a turn's estimate must cover what the request will carry.
+    """
+    texts: list[str] = []
+    for message in messages:
+        for part in message.parts:
+            if isinstance(part, BaseToolCallPart):
+                texts.append(part.tool_name)
+                texts.append(part.args_as_json_str())
+            elif isinstance(part, BaseToolReturnPart):
+                texts.append(part.tool_name)
+                texts.append(part.model_response_str())
+            elif isinstance(part, RetryFeedbackPart | RetryPromptPart) and not isinstance(part.content, str):
+                texts.append(part.model_response())  # retry feedback with validation errors
+            else:
+                texts.extend(_content_texts(getattr(part, "content", None)))
+    return texts
+
+
+def summary_message(summary: str, created_at: datetime) -> ModelRequest:
+    """The message that carries a rolling summary at the head of the history.
+
+    Its timestamp is the summary's own, so the same history compares equal however often
+    (and in whichever process) it is rebuilt.
+    """
+    return ModelRequest(parts=[SystemPromptPart(content=SUMMARY_PREFIX + summary, timestamp=created_at)])
+
+
+def default_messages(user_prompt: str, assistant_response: str, at: datetime) -> list[ModelMessage]:
+    """The two messages of a turn given only as strings.
+
+    Timestamps are the turn's, so rebuilding them later yields equal messages.
+    """
+    return [
+        ModelRequest(parts=[UserPromptPart(content=user_prompt, timestamp=at)]),
+        ModelResponse(parts=[TextPart(content=assistant_response)], timestamp=at),
+    ]
+
+
+def pack_messages(messages: list[ModelMessage]) -> bytes | list[ModelMessage]:
+    """Messages as compact JSON, or the list itself if pydantic cannot serialise its content."""
+    try:
+        return ModelMessagesTypeAdapter.dump_json(messages)
+    except ValueError:
+        return list(messages)
+
+
+def unpack_messages(payload: bytes | str | list[ModelMessage]) -> list[ModelMessage]:
+    """The messages :func:`pack_messages` packed."""
+    if isinstance(payload, bytes | str):
+        return ModelMessagesTypeAdapter.validate_json(payload)
+    return list(payload)
