@@ -20,7 +20,6 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 
-import memlane.conversation as conversation_module
 from memlane import (
     ConversationMemory,
     ConversationTurn,
@@ -29,10 +28,10 @@ from memlane import (
     SQLiteStore,
     TokenEstimator,
 )
-from memlane._pure.budget import BudgetLedger as PyBudgetLedger
 from memlane.conversation import SUMMARY_PREFIX, message_texts
 
-from conftest import require_rust_core
+# Every test here runs on both implementations (the ledger is Rust or its twin).
+pytestmark = pytest.mark.usefixtures("impl")
 
 
 def words(n: int, tag: str = "w") -> str:
@@ -86,25 +85,18 @@ def oracle_window(counts: list[int], budget: int) -> int:
 class TestBudget:
     """History is the longest run of most recent whole turns within max_tokens."""
 
-    @pytest.mark.parametrize("ledger", ["rust", "python"])
     @given(sizes=st.lists(st.integers(0, 60), max_size=40), budget=st.integers(1, 200))
-    def test_window_matches_brute_force(self, ledger: str, sizes: list[int], budget: int) -> None:
-        factory = require_rust_core().BudgetLedger if ledger == "rust" else PyBudgetLedger
-        original = conversation_module._ledger
-        conversation_module._ledger = factory  # type: ignore[assignment]
-        try:
-            mem = ConversationMemory(max_tokens=budget, estimator=TokenEstimator(mode="heuristic", tokens_per_word=1.0))
-            counts = []
-            for i, n in enumerate(sizes):
-                turn = mem.add_turn("c", "", words(n, f"t{i}_"))
-                counts.append(turn.token_estimate)
-                history = mem.get_message_history("c")
-                kept = oracle_window(counts, budget)
-                assert len(history) == 2 * kept
-                assert mem.get_history_tokens("c") == sum(counts[len(counts) - kept :])
-                assert mem.get_history_tokens("c") <= budget
-        finally:
-            conversation_module._ledger = original
+    def test_window_matches_brute_force(self, sizes: list[int], budget: int) -> None:
+        mem = ConversationMemory(max_tokens=budget, estimator=TokenEstimator(mode="heuristic", tokens_per_word=1.0))
+        counts = []
+        for i, n in enumerate(sizes):
+            turn = mem.add_turn("c", "", words(n, f"t{i}_"))
+            counts.append(turn.token_estimate)
+            history = mem.get_message_history("c")
+            kept = oracle_window(counts, budget)
+            assert len(history) == 2 * kept
+            assert mem.get_history_tokens("c") == sum(counts[len(counts) - kept :])
+            assert mem.get_history_tokens("c") <= budget
 
     def test_turn_larger_than_budget_is_left_out(self) -> None:
         mem = ConversationMemory(max_tokens=10)

@@ -23,6 +23,10 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
     return FileStore(tmp_path / "files")
 
 
+# Every test here runs on both implementations (the store tables are Rust or their twins).
+pytestmark = pytest.mark.usefixtures("impl")
+
+
 class TestScratchpad:
     """set/get/has/delete/keys/items/to_dict/to_context_string/clear behave like a dict of facts."""
 

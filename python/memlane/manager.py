@@ -14,6 +14,20 @@ from memlane.types import ConversationTurn
 from memlane.working import WorkingMemory
 
 
+_STORE_METHODS = ("save", "load", "load_by_key", "delete", "clear", "async_save", "async_load")
+
+
+def _check_store(store: object) -> MemoryStore:
+    """Rejects a store that is not one, at construction rather than at first use."""
+    missing = [name for name in _STORE_METHODS if not callable(getattr(store, name, None))]
+    if missing:
+        raise TypeError(
+            f"store must be a MemoryStore (InMemoryStore, SQLiteStore, FileStore, PostgreSQLStore, "
+            f"MongoDBStore, ...), not {type(store).__name__} {store!r}: it has no {', '.join(missing)}"
+        )
+    return store  # type: ignore[return-value]
+
+
 class MemoryManager:
     """The facade an agent host uses: conversations plus a working-memory scope, one store.
 
@@ -38,7 +52,7 @@ class MemoryManager:
         summarizer: Summarizer | None = None,
         estimator: TokenEstimator | None = None,
     ) -> None:
-        self._store: MemoryStore = store if store is not None else InMemoryStore()
+        self._store: MemoryStore = _check_store(store) if store is not None else InMemoryStore()
         self._conversation = ConversationMemory(
             max_tokens=max_conversation_tokens,
             summarize_threshold=summarize_threshold,
@@ -66,32 +80,33 @@ class MemoryManager:
         """
         settings = settings if settings is not None else MemlaneSettings.from_env()
         store = create_store(settings)
-        initialize_sync = getattr(store, "initialize_sync", None)
-        if initialize_sync is not None:
-            initialize_sync()
-        options: dict[str, Any] = {
-            "max_conversation_tokens": settings.max_conversation_tokens,
-            "summarize_threshold": settings.summarize_threshold,
-            **kwargs,
-        }
-        return cls(store=store, **options)
+        initialize = getattr(store, "initialize", None)
+        if initialize is not None:
+            initialize()
+        return cls(store=store, **cls._options(settings, kwargs))
 
     @classmethod
-    async def afrom_config(
+    async def async_from_config(
         cls, settings: MemlaneSettings | None = None, **kwargs: Any
     ) -> MemoryManager:
         """Async :meth:`from_config`: a database store is initialised on the running loop."""
         settings = settings if settings is not None else MemlaneSettings.from_env()
         store = create_store(settings)
-        initialize = getattr(store, "initialize", None)
+        initialize = getattr(store, "async_initialize", None)
         if initialize is not None:
             await initialize()
-        options: dict[str, Any] = {
+        return cls(store=store, **cls._options(settings, kwargs))
+
+    afrom_config = async_from_config
+    """The earlier name of :meth:`async_from_config`, kept so existing code runs."""
+
+    @staticmethod
+    def _options(settings: MemlaneSettings, kwargs: dict[str, Any]) -> dict[str, Any]:
+        return {
             "max_conversation_tokens": settings.max_conversation_tokens,
             "summarize_threshold": settings.summarize_threshold,
             **kwargs,
         }
-        return cls(store=store, **options)
 
     @classmethod
     def _compose(cls, conversation: ConversationMemory, working: WorkingMemory) -> MemoryManager:
@@ -130,6 +145,10 @@ class MemoryManager:
     def new_conversation(self) -> str:
         """Starts a conversation and returns its id."""
         return self._conversation.new_conversation()
+
+    async def async_new_conversation(self) -> str:
+        """Async :meth:`new_conversation`."""
+        return await self._conversation.async_new_conversation()
 
     def add_turn(
         self,
@@ -171,25 +190,50 @@ class MemoryManager:
         """Forgets one conversation."""
         self._conversation.clear(conversation_id)
 
+    async def async_clear_conversation(self, conversation_id: str) -> None:
+        """Async :meth:`clear_conversation`."""
+        await self._conversation.async_clear(conversation_id)
+
     # -------------------------------------------------------------- working memory
 
     def set_fact(self, key: str, value: Any, **kwargs: Any) -> None:
         """Stores a fact in this manager's scope (``importance=``, ``ttl=`` accepted)."""
         self._working.set(key, value, **kwargs)
 
+    async def async_set_fact(self, key: str, value: Any, **kwargs: Any) -> None:
+        """Async :meth:`set_fact`."""
+        await self._working.async_set(key, value, **kwargs)
+
     def get_fact(self, key: str, default: Any = None) -> Any:
         """A fact of this manager's scope, or ``default``."""
         return self._working.get(key, default)
+
+    async def async_get_fact(self, key: str, default: Any = None) -> Any:
+        """Async :meth:`get_fact`."""
+        return await self._working.async_get(key, default)
 
     def get_working_context(self) -> str:
         """The facts as prompt text (``""`` when there are none)."""
         return self._working.to_context_string()
 
+    async def async_get_working_context(self) -> str:
+        """Async :meth:`get_working_context`."""
+        return await self._working.async_to_context_string()
+
     def clear_working(self) -> None:
         """Forgets this scope's facts."""
         self._working.clear()
+
+    async def async_clear_working(self) -> None:
+        """Async :meth:`clear_working`."""
+        await self._working.async_clear()
 
     def clear_all(self) -> None:
         """Forgets every conversation and this scope's facts."""
         self._conversation.clear_all()
         self._working.clear()
+
+    async def async_clear_all(self) -> None:
+        """Async :meth:`clear_all`."""
+        await self._conversation.async_clear_all()
+        await self._working.async_clear()

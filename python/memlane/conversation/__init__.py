@@ -1,0 +1,23 @@
+"""Conversation memory: per-conversation history kept inside a token budget.
+
+- :mod:`~memlane.conversation.memory`: the public :class:`ConversationMemory`.
+- :mod:`~memlane.conversation.plan`: its logic, as I/O-free plans run by a sync and an
+  async runner.
+- :mod:`~memlane.conversation.state`: one conversation in memory and its store entries.
+- :mod:`~memlane.conversation.snapshot`: export and import.
+"""
+
+from memlane._runner import Summarizer
+from memlane.conversation.memory import ConversationMemory
+from memlane.conversation.state import INDEX_NAMESPACE, SUMMARY_KEY
+from memlane.messages import SUMMARY_PREFIX, message_texts, summary_message
+
+__all__ = [
+    "INDEX_NAMESPACE",
+    "SUMMARY_KEY",
+    "SUMMARY_PREFIX",
+    "ConversationMemory",
+    "Summarizer",
+    "message_texts",
+    "summary_message",
+]

@@ -1,0 +1,228 @@
+"""The conversation logic, written once and free of I/O.
+
+Every operation of :class:`~memlane.conversation.ConversationMemory` is a plan here: a
+generator that yields the store calls it needs (see :mod:`memlane._runner`) and returns the
+operation's result. The public sync methods run a plan with blocking store calls, the async
+methods await the same plan's calls, and both hold the conversation's one
+:class:`~memlane._locks.HybridLock` for the whole plan, so threads and tasks that mix on a
+conversation are serialised by a single discipline.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from pydantic_ai.messages import ModelMessage
+
+from memlane._runner import Plan, StoreCall, Summarize
+from memlane.conversation.snapshot import ParsedSnapshot
+from memlane.conversation.state import (
+    INDEX_NAMESPACE,
+    ConversationState,
+    index_entry,
+    namespace,
+    new_ledger,
+    restore,
+    summary_entry,
+    turn_entry,
+)
+from memlane.errors import ConversationNotFoundError
+from memlane.messages import SUMMARY_PREFIX, default_messages, message_texts
+from memlane.tokens import TokenEstimator
+from memlane.types import ConversationTurn, MemoryEntry, new_turn, utc_now
+
+logger = logging.getLogger("memlane")
+
+T = TypeVar("T")
+
+
+class ConversationLogic:
+    """Per-conversation states and the plans that read and change them.
+
+    Subclasses supply ``max_tokens``, ``summarize_threshold``, ``estimator``, whether a
+    summarizer is set and whether the store outlives the process.
+    """
+
+    max_tokens: int
+    summarize_threshold: int
+    estimator: TokenEstimator
+    _persistent: bool
+    _states: dict[str, ConversationState]
+
+    def _summarizes(self) -> bool:
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ loading
+
+    def _state_plan(self, cid: str, *, create: bool) -> Plan[ConversationState | None]:
+        """The cached state, loaded from the store on first access (created if asked)."""
+        state = self._states.get(cid)
+        if state is not None:
+            return state
+        if not self._persistent:
+            if create:
+                state = self._states[cid] = ConversationState(new_ledger(self.max_tokens))
+            return state
+        ns = namespace(cid)
+        entries: list[MemoryEntry] = yield StoreCall("load", (ns,))
+        known = bool(entries) or (yield StoreCall("load_by_key", (INDEX_NAMESPACE, cid))) is not None
+        if not known and not create:
+            return None
+        state, leftovers = restore(entries, self.max_tokens)
+        for entry_id in leftovers:
+            yield StoreCall("delete", (ns, entry_id))
+        if not known:
+            yield StoreCall("save", (INDEX_NAMESPACE, index_entry(cid)))
+        self._states[cid] = state
+        return state
+
+    def _read_plan(self, cid: str, read: Callable[[ConversationState | None], T]) -> Plan[T]:
+        """``read(state)`` of a conversation that may not exist (``state`` is then ``None``)."""
+        state = yield from self._state_plan(cid, create=False)
+        return read(state)
+
+    def _existing_plan(self, cid: str) -> Plan[ConversationState]:
+        """The state of a conversation that must exist."""
+        state = yield from self._state_plan(cid, create=False)
+        if state is None:
+            raise ConversationNotFoundError(f"unknown conversation_id {cid!r}")
+        return state
+
+    # ------------------------------------------------------------------ adding turns
+
+    def _count(self, user_prompt: str, assistant_response: str, messages: list[ModelMessage] | None) -> int:
+        """A turn's token estimate; pure, so it is counted before the lock is taken."""
+        if messages is None:
+            return sum(self.estimator.estimate_many([user_prompt, assistant_response]))
+        return sum(self.estimator.estimate_many(message_texts(messages)))
+
+    def _add_turn_plan(
+        self,
+        cid: str,
+        user_prompt: str,
+        assistant_response: str,
+        messages: list[ModelMessage] | None,
+        metadata: dict[str, Any] | None,
+        tokens: int,
+    ) -> Plan[ConversationTurn]:
+        state = yield from self._state_plan(cid, create=True)
+        assert state is not None
+        at = utc_now()
+        turn = new_turn(
+            turn_id=state.next_turn_id,
+            user_prompt=user_prompt,
+            assistant_response=assistant_response,
+            raw_messages=messages if messages is not None else default_messages(user_prompt, assistant_response, at),
+            timestamp=at,
+            token_estimate=tokens,
+            metadata=dict(metadata) if metadata else {},
+        )
+        entry_id = ""
+        if self._persistent:
+            entry_id = uuid.uuid4().hex
+            yield StoreCall("save", (namespace(cid), turn_entry(turn, entry_id)))
+        state.append(turn, entry_id, default_messages=messages is None)
+        count = self._eviction_count(state)
+        if count:
+            yield from self._summarize_plan(cid, state, count)
+        return turn
+
+    # ------------------------------------------------------------------ summaries
+
+    def _eviction_count(self, state: ConversationState) -> int:
+        """How many of the oldest turns to fold into the summary (0: none)."""
+        if not self._summarizes() or state.ledger.total <= self.summarize_threshold:
+            return 0
+        excess = state.ledger.total - self.summarize_threshold
+        count = 0
+        freed = 0
+        # The newest turn always stays, even when it alone is over the threshold.
+        records = state.records
+        while freed < excess and count < len(records) - 1:
+            freed += records[count][3]
+            count += 1
+        return count
+
+    def _summary_input(self, state: ConversationState, count: int) -> list[ConversationTurn]:
+        turns: list[ConversationTurn] = []
+        if state.summary is not None:
+            turns.append(
+                ConversationTurn(
+                    turn_id=0,
+                    user_prompt="",
+                    assistant_response=state.summary,
+                    raw_messages=[],
+                    token_estimate=state.summary_tokens,
+                    metadata={"summary": True},
+                )
+            )
+        turns.extend(state.turn(i) for i in range(count))
+        return turns
+
+    def _summarize_plan(self, cid: str, state: ConversationState, count: int) -> Plan[None]:
+        try:
+            summary = yield Summarize(self._summary_input(state, count))
+        except Exception:
+            logger.warning("memlane: summarizer failed; turns kept unsummarised", exc_info=True)
+            return
+        if not isinstance(summary, str):
+            raise TypeError(f"summarizer must return str, not {type(summary).__name__}")
+        evicted = state.evict(count)
+        state.summarized_turns += count
+        state.set_summary(summary, self.estimator.estimate(SUMMARY_PREFIX + summary), utc_now())
+        if not self._persistent:
+            return
+        ns = namespace(cid)
+        # The summary (naming what it replaced) lands first: a crash before the deletes
+        # leaves turns that a restart recognises as summarised, never a gap.
+        yield StoreCall("save", (ns, summary_entry(state, evicted)))
+        for entry_id in evicted:
+            yield StoreCall("delete", (ns, entry_id))
+
+    # ------------------------------------------------------------------ forgetting
+
+    def _clear_plan(self, cid: str) -> Plan[None]:
+        self._states.pop(cid, None)
+        if not self._persistent:
+            return
+        yield StoreCall("clear", (namespace(cid),))
+        index: MemoryEntry | None = yield StoreCall("load_by_key", (INDEX_NAMESPACE, cid))
+        if index is not None:
+            yield StoreCall("delete", (INDEX_NAMESPACE, index.entry_id))
+
+    def _ids_plan(self) -> Plan[list[str]]:
+        if not self._persistent:
+            return list(self._states)
+        entries: list[MemoryEntry] = yield StoreCall("load", (INDEX_NAMESPACE,))
+        stored = [e.key for e in entries if e.key is not None]
+        return list(dict.fromkeys([*stored, *self._states]))
+
+    # ------------------------------------------------------------------ import
+
+    def _import_plan(self, cid: str, snapshot: ParsedSnapshot) -> Plan[str]:
+        """Creates conversation ``cid`` from a parsed snapshot; nothing is overwritten."""
+        if (yield from self._state_plan(cid, create=False)) is not None:
+            raise ValueError(
+                f"conversation_id {cid!r} already exists; pass conversation_id= to import under a new id"
+            )
+        state = yield from self._state_plan(cid, create=True)
+        assert state is not None
+        state.summarized_turns = snapshot.summarized_turns
+        entries = []
+        if snapshot.summary is not None:
+            state.set_summary(
+                snapshot.summary,
+                self.estimator.estimate(SUMMARY_PREFIX + snapshot.summary),
+                snapshot.summary_created_at or state.summary_at,
+            )
+            entries.append(summary_entry(state, []))
+        ids = [uuid.uuid4().hex for _ in snapshot.turns]
+        entries.extend(turn_entry(turn, entry_id) for (turn, _), entry_id in zip(snapshot.turns, ids, strict=True))
+        if self._persistent:
+            yield StoreCall("save_many", (namespace(cid), entries))
+        for (turn, given), entry_id in zip(snapshot.turns, ids, strict=True):
+            state.append(turn, entry_id, default_messages=not given)
+        return cid
