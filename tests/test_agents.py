@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, assert_type
 
 import pytest
 from pydantic import BaseModel
-from pydantic_ai import Agent, ModelHTTPError, RunContext, UserError
+from pydantic_ai import Agent, ModelHTTPError, UserError
 from pydantic_ai.conversation import Conversation
 from pydantic_ai.conversation_store import (
     ConversationConflict,
@@ -37,9 +37,11 @@ from pydantic_ai.usage import RunUsage
 from memlane import FileStore, InMemoryStore, MemoryManager, SQLiteStore
 from memlane.agents import (
     DelegationRouter,
+    DelegationStrategy,
     MemlaneConversationStore,
     MemoryAgent,
     MemoryRunResult,
+    MemoryStreamedRun,
     RoundRobinStrategy,
     async_store_run,
     memory_history,
@@ -173,11 +175,12 @@ class TestMemoryAgentWrapsAnAgent:
 
     def test_agent_kwargs_with_an_agent_are_refused(self, memory: MemoryManager) -> None:
         with pytest.raises(TypeError, match="instructions"):
-            MemoryAgent(Agent(_text_model()), memory=memory, instructions="x")
+            # The overloads refuse this call already; the check guards untyped callers.
+            MemoryAgent(Agent(_text_model()), memory=memory, instructions="x")  # type: ignore[call-overload]
 
     def test_memory_must_be_a_manager(self) -> None:
         with pytest.raises(TypeError, match="MemoryManager"):
-            MemoryAgent(Agent(_text_model()), memory=InMemoryStore())  # type: ignore[arg-type]
+            MemoryAgent(Agent(_text_model()), memory=InMemoryStore())  # type: ignore[call-overload]
 
     @pytest.mark.parametrize("kwarg", ["message_history", "conversation"])
     def test_history_kwargs_are_refused(self, memory: MemoryManager, kwarg: str) -> None:
@@ -277,6 +280,69 @@ class TestRunsAreTurns:
         assert first_part.content.endswith("SUMMARY")
 
 
+class City(BaseModel):
+    name: str
+    population: int
+
+
+def _city_model() -> FunctionModel:
+    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        return ModelResponse(
+            parts=[ToolCallPart(info.output_tools[0].name, {"name": "Lisbon", "population": 1})]
+        )
+
+    return FunctionModel(respond)
+
+
+class TestOutputsAreTyped:
+    """MemoryAgent carries the agent's output type to its results; mypy checks these asserts."""
+
+    def test_a_str_agent_gives_str_results(self, memory: MemoryManager) -> None:
+        agent: Agent[None, str] = Agent(_text_model("hi"))
+        wrapped = MemoryAgent(agent, memory=memory)
+        assert_type(wrapped, MemoryAgent[str])
+        result = wrapped.run_sync("hello")
+        assert_type(result, MemoryRunResult[str])
+        assert_type(result.output, str)
+        assert result.output == "hi"
+
+    async def test_a_structured_agent_gives_its_type(self, memory: MemoryManager) -> None:
+        wrapped = MemoryAgent(Agent(_city_model(), output_type=City), memory=memory)
+        assert_type(wrapped, MemoryAgent[City])
+        result = await wrapped.run("a city")
+        assert_type(result.output, City)
+        assert result.output == City(name="Lisbon", population=1)
+
+    async def test_an_agent_built_from_a_model(self, memory: MemoryManager) -> None:
+        assert_type(MemoryAgent(_text_model(), memory=memory), MemoryAgent[str])
+        wrapped = MemoryAgent(_city_model(), memory=memory, output_type=City)
+        assert_type(wrapped, MemoryAgent[City])
+        assert (await wrapped.run("a city")).output.population == 1
+
+    def test_a_run_output_type_overrides_the_agent_s(self, memory: MemoryManager) -> None:
+        wrapped = MemoryAgent(Agent(_city_model()), memory=memory)
+        assert_type(wrapped, MemoryAgent[str])
+        result = wrapped.run_sync("a city", output_type=City)
+        assert_type(result, MemoryRunResult[City])
+        assert result.output.name == "Lisbon"
+
+    async def test_a_streamed_run_output_type_overrides_too(self, memory: MemoryManager) -> None:
+        wrapped = MemoryAgent(Agent(TestModel()), memory=memory)
+        async with wrapped.run_stream("a city", output_type=City) as run:
+            assert_type(run, MemoryStreamedRun[City])
+            assert isinstance(await run.get_output(), City)
+
+    async def test_a_stream_has_the_agent_s_type(self, memory: MemoryManager) -> None:
+        async def stream(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str]:
+            yield "streamed"
+
+        model = FunctionModel(lambda m, i: ModelResponse(parts=[]), stream_function=stream)
+        async with MemoryAgent(Agent(model), memory=memory).run_stream("hi") as run:
+            assert_type(run, MemoryStreamedRun[str])
+            assert_type(await run.get_output(), str)
+        assert run.turn is not None
+
+
 class TestStreamedRuns:
     """A streamed turn is stored when the stream completes, not when it fails or is cancelled."""
 
@@ -321,10 +387,14 @@ class TestStreamedRuns:
             raise ModelHTTPError(500, "fake-model")
 
         wrapped = MemoryAgent(self._agent(stream), memory=memory)
-        with pytest.raises(ModelHTTPError):
+
+        async def consume() -> None:
             async with wrapped.run_stream("q", conversation_id="f") as run:
                 async for _ in run.stream_text(debounce_by=None):
                     pass
+
+        with pytest.raises(ModelHTTPError):
+            await consume()
         assert memory.conversation.get_turns("f") == []
 
     async def test_a_cancelled_stream_is_not_stored(self, memory: MemoryManager) -> None:
@@ -361,10 +431,14 @@ class TestStreamedRuns:
         async with wrapped.run_stream("left", conversation_id="e") as run:
             pass
         assert run.turn is None
-        with pytest.raises(RuntimeError, match="caller"):
+
+        async def fail_in_the_block() -> None:
             async with wrapped.run_stream("raised", conversation_id="e") as run:
                 await run.get_output()
                 raise RuntimeError("caller failed")
+
+        with pytest.raises(RuntimeError, match="caller"):
+            await fail_in_the_block()
         assert memory.conversation.get_turns("e") == []
 
 
@@ -485,9 +559,8 @@ class TestToolCallsSurviveTrimming:
                 assert _tool_pairing_errors(received) == []
         window = memory.get_message_history(cid)
         first_kept = window[1] if summarize else window[0]
-        assert isinstance(first_kept, ModelRequest) and isinstance(
-            first_kept.parts[0], UserPromptPart
-        )
+        assert isinstance(first_kept, ModelRequest)
+        assert isinstance(first_kept.parts[0], UserPromptPart)
         assert _last_prompt([first_kept]) != "question 1"  # early turns left the window
         assert memory.conversation.get_history_tokens(cid) <= 300
         assert (memory.conversation.get_summary(cid) is not None) is summarize
@@ -550,16 +623,6 @@ class TestMemoryHistoryCapability:
 # ---------------------------------------------------------------------------- delegation
 
 
-def _delegate(name: str, recorder: Recorder) -> Agent[None, str]:
-    agent = Agent(recorder.model, name=name)
-
-    @agent.tool
-    def remember(ctx: RunContext[None], key: str, value: str) -> str:
-        return "saved"
-
-    return agent
-
-
 class TestDelegation:
     """Delegates share the conversation and keep their own facts; round robin takes turns."""
 
@@ -589,7 +652,9 @@ class TestDelegation:
 
     async def test_custom_async_strategy(self, memory: MemoryManager) -> None:
         class ByKeyword:
-            async def select(self, prompt: Any, delegates: Any) -> MemoryAgent[Any]:
+            async def select(
+                self, prompt: Any, delegates: Sequence[MemoryAgent[Any]]
+            ) -> MemoryAgent[Any]:
                 return delegates[1] if "write" in prompt else delegates[0]
 
         router = DelegationRouter(
@@ -602,6 +667,15 @@ class TestDelegation:
         )
         assert (await router.route("please write")).output == "w"
         assert (await router.route("research")).output == "r"
+
+    def test_strategies_follow_the_protocol(self, memory: MemoryManager) -> None:
+        assert isinstance(RoundRobinStrategy(), DelegationStrategy)
+        with pytest.raises(TypeError, match="select"):
+            DelegationRouter(
+                [Agent(_text_model(), name="a")],
+                object(),  # type: ignore[arg-type]
+                memory=memory,
+            )
 
     async def test_a_strategy_must_choose_a_delegate(self, memory: MemoryManager) -> None:
         class Rogue:
@@ -678,7 +752,8 @@ class TestConversationStoreParity:
         assert loaded.messages == result.all_messages()
         assert loaded.usage.requests == 2
         entries = await conv_store.load_entries("c1")
-        assert entries is not None and len(entries) == 4
+        assert entries is not None
+        assert len(entries) == 4
         assert [e.parent_id for e in entries[1:]] == [e.id for e in entries[:-1]]
 
     async def test_unknown_conversation(self, conv_store: ConversationStore) -> None:
@@ -690,7 +765,8 @@ class TestConversationStoreParity:
     async def test_conflicting_writers(self, conv_store: ConversationStore) -> None:
         await _turn(conv_store, "c1", "hello")
         a, b = await conv_store.load("c1"), await conv_store.load("c1")
-        assert a is not None and b is not None
+        assert a is not None
+        assert b is not None
         await conv_store.save(await _agent.run("writer A", conversation=a))
         rb = await _agent.run("writer B", conversation=b)
         with pytest.raises(ConversationConflict) as info:
@@ -699,7 +775,8 @@ class TestConversationStoreParity:
         with pytest.raises(ConversationConflict):
             await conv_store.save(Conversation(conversation_id="c1"))
         loaded = await conv_store.load("c1")
-        assert loaded is not None and "writer B" not in _texts(loaded.messages)
+        assert loaded is not None
+        assert "writer B" not in _texts(loaded.messages)
 
     async def test_concurrent_writers_one_wins(self, conv_store: ConversationStore) -> None:
         await _turn(conv_store, "c1", "hello")
@@ -713,7 +790,8 @@ class TestConversationStoreParity:
             isinstance(o, ConversationConflict) for o in outcomes if isinstance(o, BaseException)
         )
         final = await conv_store.load("c1")
-        assert final is not None and len(final.messages) == 4
+        assert final is not None
+        assert len(final.messages) == 4
 
     async def test_saved_result_can_be_continued(self, conv_store: ConversationStore) -> None:
         result = await _agent.run("one", conversation=Conversation(conversation_id="c"))
@@ -721,7 +799,8 @@ class TestConversationStoreParity:
         again = await _agent.run("two", conversation=result.conversation)
         await conv_store.save(again)
         loaded = await conv_store.load("c")
-        assert loaded is not None and len(loaded.messages) == 4
+        assert loaded is not None
+        assert len(loaded.messages) == 4
 
     async def test_load_limit_windows_and_save_appends_to_the_whole(
         self, conv_store: ConversationStore
@@ -729,12 +808,14 @@ class TestConversationStoreParity:
         for prompt in ("one", "two", "three"):
             await _turn(conv_store, "c1", prompt)
         window = await conv_store.load("c1", limit=2)
-        assert window is not None and [m.kind for m in window.messages] == ["request", "response"]
+        assert window is not None
+        assert [m.kind for m in window.messages] == ["request", "response"]
         result = await _agent.run("windowed", conversation=window)
         assert result.output == "reply to 'windowed' (saw 3 msgs)"
         await conv_store.save(result)
         whole = await conv_store.load("c1")
-        assert whole is not None and len(whole.messages) == 8
+        assert whole is not None
+        assert len(whole.messages) == 8
 
     async def test_a_trimmed_run_appends_only_its_new_messages(
         self, conv_store: ConversationStore
@@ -749,7 +830,8 @@ class TestConversationStoreParity:
         assert result.output == "reply to 'trimmed' (saw 1 msgs)"
         await conv_store.save(result)
         whole = await conv_store.load("c1")
-        assert whole is not None and len(whole.messages) == 6
+        assert whole is not None
+        assert len(whole.messages) == 6
 
     async def test_fork_and_branch(self, conv_store: ConversationStore) -> None:
         for prompt in ("one", "two"):
@@ -757,7 +839,8 @@ class TestConversationStoreParity:
         fork = await conv_store.fork("c1", at=2, new_conversation_id="c1-fork")
         assert len(fork.messages) == 2
         record = await conv_store.read_record("c1-fork")
-        assert record is not None and record.forked_from == "c1"
+        assert record is not None
+        assert record.forked_from == "c1"
         with pytest.raises(ConversationConflict):
             await conv_store.fork("c1", new_conversation_id="c1-fork")
         current = await conv_store.load("c1")
@@ -765,12 +848,13 @@ class TestConversationStoreParity:
         branch = await conv_store.branch("c1", at=2, expected_revision=current.revision)
         assert len(branch.messages) == 2
         record = await conv_store.read_record("c1")
-        assert record is not None and len(record.branches) == 1
+        assert record is not None
+        assert len(record.branches) == 1
         await conv_store.save(await _agent.run("on branch", conversation=branch))
         after = await conv_store.load("c1")
-        assert (
-            after is not None and len(after.messages) == 4 and "on branch" in _texts(after.messages)
-        )
+        assert after is not None
+        assert len(after.messages) == 4
+        assert "on branch" in _texts(after.messages)
         back = await conv_store.load("c1")
         assert back is not None
         restored = await conv_store.branch(
@@ -790,7 +874,8 @@ class TestConversationStoreParity:
         await conv_store.delete("c1")
         assert await conv_store.load("c1") is None
         fork = await conv_store.load("c1-fork")
-        assert fork is not None and len(fork.messages) == 2
+        assert fork is not None
+        assert len(fork.messages) == 2
         await conv_store.delete("c1-fork")
         assert {r.conversation_id for r in await conv_store.list_conversations()} == {"c2"}
         await conv_store.delete("never-there")
@@ -800,7 +885,8 @@ class TestConversationStoreParity:
         await conv_store.save(result, scope="user-1")
         assert await conv_store.load("s1", scope="user-2") is None
         loaded = await conv_store.load("s1", scope="user-1")
-        assert loaded is not None and len(loaded.messages) == 2
+        assert loaded is not None
+        assert len(loaded.messages) == 2
         assert [r.conversation_id for r in await conv_store.list_conversations(scope="user-1")] == [
             "s1"
         ]
@@ -825,7 +911,8 @@ class TestConversationStoreParity:
         result = await agent.run("weather?", conversation=Conversation(conversation_id="w"))
         await conv_store.save(result)
         loaded = await conv_store.load("w")
-        assert loaded is not None and loaded.messages == result.all_messages()
+        assert loaded is not None
+        assert loaded.messages == result.all_messages()
         assert loaded.usage == result.usage
 
     async def test_record_fields_round_trip(self, conv_store: ConversationStore) -> None:
@@ -860,10 +947,12 @@ class TestMemlaneConversationStore:
         try:
             store = MemlaneConversationStore(MemoryManager(store=reopened))
             loaded = await store.load("c")
-            assert loaded is not None and loaded.messages == result.all_messages()
+            assert loaded is not None
+            assert loaded.messages == result.all_messages()
             await _turn(store, "c", "again")
             again = await store.load("c")
-            assert again is not None and len(again.messages) == 4
+            assert again is not None
+            assert len(again.messages) == 4
         finally:
             reopened.close()
 

@@ -68,7 +68,8 @@ class TestCreateLLMSummarizer:
         assert isinstance(summarizer, LLMSummarizer)
         assert summarizer.model == DEFAULT_SUMMARY_MODEL
         assert summarizer.max_summary_tokens == 500
-        assert callable(summarizer) and inspect.iscoroutinefunction(summarizer.asummarize)
+        assert callable(summarizer)
+        assert inspect.iscoroutinefunction(summarizer.async_summarize)
 
     def test_template_needs_turns_text(self) -> None:
         with pytest.raises(ValueError, match=r"\{turns_text\}"):
@@ -176,7 +177,8 @@ class TestSummaryStaysBounded:
             summary = memory.get_summary("c")
             if summary is not None:
                 sizes.append(EXACT.estimate(summary))
-        assert sizes and max(sizes) <= 80
+        assert sizes
+        assert max(sizes) <= 80
 
 
 class TestFallsBackToAnExtractiveSummary:
@@ -194,7 +196,7 @@ class TestFallsBackToAnExtractiveSummary:
     async def test_model_error_async(self, caplog: pytest.LogCaptureFixture) -> None:
         summarizer = create_llm_summarizer(model=FunctionModel(_failing))
         with caplog.at_level(logging.WARNING, logger="memlane"):
-            summary = await summarizer.asummarize([_turn(0, "hello", "hi")])
+            summary = await summarizer.async_summarize([_turn(0, "hello", "hi")])
         assert summary == "- User: hello / Assistant: hi"
         assert "extractive" in caplog.text
 
@@ -244,7 +246,8 @@ class TestInsideAnEventLoop:
         for i in range(4):
             await memory.async_add_turn("c", f"question {i} " * 5, f"answer {i} " * 5)
         assert memory.get_summary("c") == "LLM SUMMARY"
-        assert loops and all(loop is outer for loop in loops)
+        assert loops
+        assert all(loop is outer for loop in loops)
 
     def test_sync_add_turn_outside_a_loop(self) -> None:
         memory = ConversationMemory(
@@ -274,7 +277,9 @@ class TestFitTokens:
     def test_keeps_both_ends(self) -> None:
         text = " ".join(f"w{i}" for i in range(500))
         cut = fit_tokens(text, 40, EXACT)
-        assert cut.startswith("w0 w1") and cut.endswith("w498 w499") and "[…]" in cut
+        assert cut.startswith("w0 w1")
+        assert cut.endswith("w498 w499")
+        assert "[…]" in cut
         assert EXACT.estimate(cut) <= 40
 
     def test_drops_whole_lines_when_it_can(self) -> None:
@@ -290,9 +295,8 @@ class TestFitTokens:
         for i in range(40):
             summary = fit_tokens(f"{summary}\n- fact number {i} about the trip".strip(), 50, EXACT)
         assert summary.count("[…]") == 1
-        assert summary.startswith("- fact number 0") and summary.endswith(
-            "- fact number 39 about the trip"
-        )
+        assert summary.startswith("- fact number 0")
+        assert summary.endswith("- fact number 39 about the trip")
 
     @pytest.mark.parametrize("budget", [1, 2, 3, 5])
     def test_tiny_budgets(self, budget: int) -> None:
@@ -370,7 +374,8 @@ class TestAFactSurvivesInTheSummary:
         assert memory.conversation.get_turns(cid)[0].turn_id > 0  # turn 1 was evicted
         turn_40 = received[-1]
         first = turn_40[0].parts[0]
-        assert isinstance(first, SystemPromptPart) and "My locker code is 4417." in first.content
+        assert isinstance(first, SystemPromptPart)
+        assert "My locker code is 4417." in first.content
         prompts = [p.content for m in turn_40 for p in m.parts if isinstance(p, UserPromptPart)]
         assert "My locker code is 4417." not in prompts
         # Later folds were sent the previous summary, and the summary stayed bounded.

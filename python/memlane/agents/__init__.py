@@ -1,0 +1,38 @@
+"""pydantic-ai agents with memory: conversations, working memory, delegation, conversation stores.
+
+* :class:`MemoryAgent` (``agent.py``) wraps a :class:`pydantic_ai.Agent`: each run is sent the
+  conversation's budgeted history and stored as one turn; the working-memory facts reach the
+  model as instructions.
+* :func:`memory_history` (``capability.py``) is the same trimming for an
+  :class:`~pydantic_ai.Agent` you run yourself, as a
+  :class:`~pydantic_ai.capabilities.ProcessHistory` capability (pydantic-ai 2.x has no
+  ``history_processors=``); :func:`store_run` stores such a run.
+* :class:`DelegationRouter` (``delegation.py``) hands each prompt to one of several agents, as a
+  :class:`DelegationStrategy` chooses; they share the conversation and keep their own facts.
+* :class:`MemlaneConversationStore` (``conversation_store.py``) is pydantic-ai's own
+  :class:`~pydantic_ai.conversation_store.ConversationStore` over any memlane store.
+
+Histories are whole turns, so what a model is sent never starts with a tool return whose call
+was trimmed away and never holds a call without its return: pydantic-ai would otherwise repair
+the history by silently dropping the orphans, and providers reject it outright.
+"""
+
+from __future__ import annotations
+
+from memlane.agents.agent import MemoryAgent, MemoryRunResult, MemoryStreamedRun
+from memlane.agents.capability import async_store_run, memory_history, store_run
+from memlane.agents.conversation_store import MemlaneConversationStore
+from memlane.agents.delegation import DelegationRouter, DelegationStrategy, RoundRobinStrategy
+
+__all__ = [
+    "DelegationRouter",
+    "DelegationStrategy",
+    "MemlaneConversationStore",
+    "MemoryAgent",
+    "MemoryRunResult",
+    "MemoryStreamedRun",
+    "RoundRobinStrategy",
+    "async_store_run",
+    "memory_history",
+    "store_run",
+]

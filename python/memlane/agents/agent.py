@@ -1,0 +1,448 @@
+"""`MemoryAgent`: a pydantic-ai agent whose runs are turns of a memlane conversation."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar, cast, overload
+
+from pydantic_ai import Agent
+from pydantic_ai.agent import AbstractAgent
+from pydantic_ai.messages import ModelMessage
+from pydantic_ai.models import Model
+from pydantic_ai.output import OutputSpec
+from pydantic_ai.result import StreamedRunResult
+from pydantic_ai.run import AgentRunResult
+
+from memlane.agents.capability import async_store_run, store_run
+from memlane.manager import MemoryManager
+from memlane.types import ConversationTurn
+
+__all__ = ["MemoryAgent", "MemoryRunResult", "MemoryStreamedRun"]
+
+OutputT = TypeVar("OutputT")
+RunOutputT = TypeVar("RunOutputT")
+
+# Memory supplies these: a caller's own would be silently replaced, so they are refused.
+_RESERVED_RUN_KWARGS = ("message_history", "conversation")
+
+
+@dataclass
+class MemoryRunResult(Generic[OutputT]):
+    """A run of a :class:`MemoryAgent`: pydantic-ai's result plus where it was stored.
+
+    Attributes:
+        output: The run's output.
+        conversation_id: The conversation the turn was stored in (new when none was given).
+        turn: The stored turn.
+        result: pydantic-ai's :class:`~pydantic_ai.run.AgentRunResult`.
+        agent_name: The agent that ran (set by :class:`~memlane.agents.DelegationRouter`;
+            else the agent's name).
+    """
+
+    output: OutputT
+    conversation_id: str
+    turn: ConversationTurn
+    result: AgentRunResult[OutputT]
+    agent_name: str | None = None
+
+    def new_messages(self) -> list[ModelMessage]:
+        """The messages of this run (what was stored as the turn).
+
+        Returns:
+            The messages, oldest first.
+        """
+        return self.result.new_messages()
+
+    def all_messages(self) -> list[ModelMessage]:
+        """The history the run was sent plus its new messages.
+
+        Returns:
+            The messages, oldest first.
+        """
+        return self.result.all_messages()
+
+
+class MemoryStreamedRun(Generic[OutputT]):
+    """A streamed run of a :class:`MemoryAgent` (what ``async with agent.run_stream(...)`` gives).
+
+    Stream with :meth:`stream_text`, :meth:`stream_output` or :meth:`get_output`; pydantic-ai's
+    :class:`~pydantic_ai.result.StreamedRunResult` is :attr:`stream`. The turn is stored when
+    the ``async with`` block ends with the stream complete; :attr:`turn` is then set.
+
+    Args:
+        stream: pydantic-ai's streamed run.
+        conversation_id: The conversation the turn goes to.
+        agent_name: The agent that runs.
+    """
+
+    def __init__(
+        self, stream: StreamedRunResult[Any, OutputT], conversation_id: str, agent_name: str | None
+    ) -> None:
+        self.stream = stream
+        self.conversation_id = conversation_id
+        self.agent_name = agent_name
+        self.turn: ConversationTurn | None = None
+
+    @property
+    def is_complete(self) -> bool:
+        """Whether the model's answer has been streamed to its end."""
+        return self.stream.is_complete
+
+    def stream_text(
+        self, *, delta: bool = False, debounce_by: float | None = 0.1
+    ) -> AsyncIterator[str]:
+        """The text as it arrives; see :meth:`pydantic_ai.result.StreamedRunResult.stream_text`.
+
+        Args:
+            delta: Yield each new piece rather than the text so far.
+            debounce_by: Group what arrives within this many seconds.
+
+        Returns:
+            The text, piece by piece.
+        """
+        return self.stream.stream_text(delta=delta, debounce_by=debounce_by)
+
+    def stream_output(self, *, debounce_by: float | None = 0.1) -> AsyncIterator[OutputT]:
+        """The partial outputs; see :meth:`pydantic_ai.result.StreamedRunResult.stream_output`.
+
+        Args:
+            debounce_by: Group what arrives within this many seconds.
+
+        Returns:
+            The output as validated so far, then the whole.
+        """
+        return self.stream.stream_output(debounce_by=debounce_by)
+
+    async def get_output(self) -> OutputT:
+        """Streams to the end.
+
+        Returns:
+            The output.
+        """
+        return await self.stream.get_output()
+
+    def new_messages(self) -> list[ModelMessage]:
+        """The messages of this run so far.
+
+        Returns:
+            The messages, oldest first.
+        """
+        return self.stream.new_messages()
+
+
+def _check_conversation_id(conversation_id: object) -> str:
+    if not isinstance(conversation_id, str):
+        raise TypeError(f"conversation_id must be str, not {type(conversation_id).__name__}")
+    if conversation_id == "new":
+        raise ValueError(
+            "'new' is pydantic-ai's reserved conversation id; omit conversation_id to start one"
+        )
+    return conversation_id
+
+
+def _add_instruction(instructions: Any, extra: Any) -> list[Any]:
+    """A run's ``instructions=`` with ``extra`` appended (pydantic-ai joins them all)."""
+    if instructions is None:
+        return [extra]
+    if isinstance(instructions, str) or not isinstance(instructions, Sequence):
+        return [instructions, extra]
+    return [*instructions, extra]
+
+
+class MemoryAgent(Generic[OutputT]):
+    """A pydantic-ai agent that remembers its conversations.
+
+    Every run with a ``conversation_id`` is sent that conversation's history, kept inside the
+    memory's token budget (rolling summary first, then whole recent turns), and its new
+    messages are stored as one turn. The working-memory facts are added to the run's
+    instructions, which pydantic-ai evaluates before every model request, so a fact a tool
+    sets is seen by the next request of the same run.
+
+    The wrapped agent is :attr:`agent`; everything it offers stays available there. The class
+    is generic over the agent's output type, so ``MemoryAgent(Agent[None, str](...))`` runs
+    give a ``MemoryRunResult[str]``.
+
+    Args:
+        agent_or_model: A :class:`pydantic_ai.Agent` (any ``AbstractAgent``), or a model
+            (``"openai:gpt-4o-mini"``, a :class:`~pydantic_ai.models.Model`) to build one from.
+        memory: Conversations and working memory.
+        name: The agent's name (defaults to the agent's own); a
+            :class:`~memlane.agents.DelegationRouter` scopes the working memory of each
+            delegate by it.
+        inject_working_memory: Add ``memory.get_working_context()`` to the instructions when
+            it is not empty.
+        **agent_kwargs: Passed to :class:`pydantic_ai.Agent` when building one from a model
+            (``instructions=``, ``tools=``, ``output_type=``, ...).
+
+    Raises:
+        TypeError: ``memory`` is not a :class:`~memlane.MemoryManager`, or ``agent_kwargs``
+            are given with a ready-made agent.
+
+    Note:
+        Give the agent ``instructions=`` rather than ``system_prompt=``: pydantic-ai sends
+        instructions with every request, while a system prompt is only added to a run without
+        history, so it lives in the first turn and is summarised away with it.
+    """
+
+    @overload
+    def __init__(
+        self,
+        agent_or_model: AbstractAgent[Any, OutputT],
+        *,
+        memory: MemoryManager,
+        name: str | None = None,
+        inject_working_memory: bool = True,
+    ) -> None: ...
+
+    @overload
+    def __init__(
+        self: MemoryAgent[str],
+        agent_or_model: Model | str,
+        *,
+        memory: MemoryManager,
+        name: str | None = None,
+        inject_working_memory: bool = True,
+        output_type: None = None,
+        **agent_kwargs: Any,
+    ) -> None: ...
+
+    @overload
+    def __init__(
+        self,
+        agent_or_model: Model | str,
+        *,
+        memory: MemoryManager,
+        name: str | None = None,
+        inject_working_memory: bool = True,
+        output_type: OutputSpec[OutputT],
+        **agent_kwargs: Any,
+    ) -> None: ...
+
+    def __init__(
+        self,
+        agent_or_model: AbstractAgent[Any, OutputT] | Model | str,
+        *,
+        memory: MemoryManager,
+        name: str | None = None,
+        inject_working_memory: bool = True,
+        **agent_kwargs: Any,
+    ) -> None:
+        if not isinstance(memory, MemoryManager):
+            raise TypeError(f"memory must be MemoryManager, not {type(memory).__name__}")
+        if isinstance(agent_or_model, AbstractAgent):
+            if agent_kwargs:
+                raise TypeError(
+                    f"agent keyword arguments {sorted(agent_kwargs)} apply only when building an "
+                    "agent from a model; configure the Agent you pass instead"
+                )
+            self.agent: AbstractAgent[Any, OutputT] = agent_or_model
+        else:
+            # The overloads type output_type=None as "no output type", which pydantic-ai's
+            # Agent does not accept: leave it to the Agent's default (str).
+            if agent_kwargs.get("output_type", str) is None:
+                del agent_kwargs["output_type"]
+            self.agent = cast(
+                "AbstractAgent[Any, OutputT]", Agent(agent_or_model, name=name, **agent_kwargs)
+            )
+        self.memory = memory
+        self.name = name if name is not None else self.agent.name
+        self.inject_working_memory = inject_working_memory
+
+    def _working_memory(self) -> str | None:
+        # Sync on purpose: pydantic-ai runs a plain instruction function in a worker thread,
+        # so a database store's I/O never blocks the event loop.
+        return self.memory.get_working_context() or None
+
+    def _run_kwargs(self, conversation_id: str, kwargs: dict[str, Any]) -> dict[str, Any]:
+        for reserved in _RESERVED_RUN_KWARGS:
+            if reserved in kwargs:
+                raise TypeError(
+                    f"{reserved}= is supplied by memory; MemoryAgent runs take conversation_id="
+                )
+        if self.inject_working_memory:
+            kwargs["instructions"] = _add_instruction(
+                kwargs.get("instructions"), self._working_memory
+            )
+        # pydantic-ai tags the run's messages with the id, so traces name memlane's conversation.
+        kwargs["conversation_id"] = conversation_id
+        return kwargs
+
+    def _metadata(self) -> dict[str, Any] | None:
+        return {"agent": self.name} if self.name else None
+
+    def _result(
+        self, cid: str, turn: ConversationTurn, result: AgentRunResult[RunOutputT]
+    ) -> MemoryRunResult[RunOutputT]:
+        return MemoryRunResult(
+            output=result.output,
+            conversation_id=cid,
+            turn=turn,
+            result=result,
+            agent_name=self.name,
+        )
+
+    @overload
+    async def run(
+        self,
+        user_prompt: str | Sequence[Any] | None = None,
+        *,
+        conversation_id: str | None = None,
+        output_type: None = None,
+        **kwargs: Any,
+    ) -> MemoryRunResult[OutputT]: ...
+
+    @overload
+    async def run(
+        self,
+        user_prompt: str | Sequence[Any] | None = None,
+        *,
+        conversation_id: str | None = None,
+        output_type: OutputSpec[RunOutputT],
+        **kwargs: Any,
+    ) -> MemoryRunResult[RunOutputT]: ...
+
+    async def run(
+        self,
+        user_prompt: str | Sequence[Any] | None = None,
+        *,
+        conversation_id: str | None = None,
+        **kwargs: Any,
+    ) -> MemoryRunResult[Any]:
+        """Runs the agent on the conversation and stores the run as one turn.
+
+        Args:
+            user_prompt: The prompt.
+            conversation_id: The conversation to continue; ``None`` starts a new one (its id
+                is on the result).
+            **kwargs: Passed to :meth:`pydantic_ai.Agent.run` (``deps=``, ``instructions=``
+                (added to the working memory), ``output_type=``, ``model=``, ...).
+
+        Returns:
+            The output, the conversation id and the stored turn.
+
+        Raises:
+            TypeError: ``message_history=`` or ``conversation=`` was passed (memory supplies
+                the history).
+            pydantic_ai.exceptions.AgentRunError: The run failed; nothing was stored.
+        """
+        cid = (
+            uuid.uuid4().hex if conversation_id is None else _check_conversation_id(conversation_id)
+        )
+        history = (
+            [] if conversation_id is None else await self.memory.async_get_message_history(cid)
+        )
+        result = await self.agent.run(
+            user_prompt, message_history=history or None, **self._run_kwargs(cid, kwargs)
+        )
+        turn = await async_store_run(self.memory, cid, result, metadata=self._metadata())
+        return self._result(cid, turn, result)
+
+    @overload
+    def run_sync(
+        self,
+        user_prompt: str | Sequence[Any] | None = None,
+        *,
+        conversation_id: str | None = None,
+        output_type: None = None,
+        **kwargs: Any,
+    ) -> MemoryRunResult[OutputT]: ...
+
+    @overload
+    def run_sync(
+        self,
+        user_prompt: str | Sequence[Any] | None = None,
+        *,
+        conversation_id: str | None = None,
+        output_type: OutputSpec[RunOutputT],
+        **kwargs: Any,
+    ) -> MemoryRunResult[RunOutputT]: ...
+
+    def run_sync(
+        self,
+        user_prompt: str | Sequence[Any] | None = None,
+        *,
+        conversation_id: str | None = None,
+        **kwargs: Any,
+    ) -> MemoryRunResult[Any]:
+        """Sync :meth:`run` (not from inside a running event loop, like pydantic-ai's).
+
+        Args:
+            user_prompt: The prompt.
+            conversation_id: The conversation to continue; ``None`` starts a new one.
+            **kwargs: Passed to :meth:`pydantic_ai.Agent.run_sync`.
+
+        Returns:
+            The output, the conversation id and the stored turn.
+
+        Raises:
+            TypeError: ``message_history=`` or ``conversation=`` was passed.
+        """
+        cid = (
+            uuid.uuid4().hex if conversation_id is None else _check_conversation_id(conversation_id)
+        )
+        history = [] if conversation_id is None else self.memory.get_message_history(cid)
+        result = self.agent.run_sync(
+            user_prompt, message_history=history or None, **self._run_kwargs(cid, kwargs)
+        )
+        turn = store_run(self.memory, cid, result, metadata=self._metadata())
+        return self._result(cid, turn, result)
+
+    @overload
+    def run_stream(
+        self,
+        user_prompt: str | Sequence[Any] | None = None,
+        *,
+        conversation_id: str | None = None,
+        output_type: None = None,
+        **kwargs: Any,
+    ) -> AbstractAsyncContextManager[MemoryStreamedRun[OutputT]]: ...
+
+    @overload
+    def run_stream(
+        self,
+        user_prompt: str | Sequence[Any] | None = None,
+        *,
+        conversation_id: str | None = None,
+        output_type: OutputSpec[RunOutputT],
+        **kwargs: Any,
+    ) -> AbstractAsyncContextManager[MemoryStreamedRun[RunOutputT]]: ...
+
+    @asynccontextmanager
+    async def run_stream(
+        self,
+        user_prompt: str | Sequence[Any] | None = None,
+        *,
+        conversation_id: str | None = None,
+        **kwargs: Any,
+    ) -> AsyncIterator[MemoryStreamedRun[Any]]:
+        """Streams a run; the turn is stored when the block ends with the stream complete.
+
+        A stream that fails, is cancelled, or is left before its end stores nothing.
+
+        Args:
+            user_prompt: The prompt.
+            conversation_id: The conversation to continue; ``None`` starts a new one.
+            **kwargs: Passed to :meth:`pydantic_ai.Agent.run_stream`.
+
+        Yields:
+            The streamed run (its ``conversation_id`` is known from the start).
+        """
+        cid = (
+            uuid.uuid4().hex if conversation_id is None else _check_conversation_id(conversation_id)
+        )
+        history = (
+            [] if conversation_id is None else await self.memory.async_get_message_history(cid)
+        )
+        run_kwargs = self._run_kwargs(cid, kwargs)
+        async with self.agent.run_stream(
+            user_prompt, message_history=history or None, **run_kwargs
+        ) as stream:
+            streamed: MemoryStreamedRun[Any] = MemoryStreamedRun(stream, cid, self.name)
+            yield streamed
+            if stream.is_complete:
+                streamed.turn = await async_store_run(
+                    self.memory, cid, stream.result, metadata=self._metadata()
+                )
