@@ -26,8 +26,9 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from memlane.database_store import check_mongo_name, check_schema_name
-from memlane.store import FileStore, InMemoryStore, MemoryStore, SQLiteStore
+from memlane.stores import FileStore, InMemoryStore, MemoryStore, SQLiteStore
+from memlane.stores.mongodb import MongoDBStore, check_mongo_name
+from memlane.stores.postgres import PostgreSQLStore, check_schema_name
 
 __all__ = ["ENV_PREFIX", "Backend", "MemlaneSettings", "create_store"]
 
@@ -142,8 +143,6 @@ def create_store(settings: MemlaneSettings) -> MemoryStore:
     if settings.backend == "sqlite":
         return SQLiteStore(settings.sqlite_path)
     if settings.backend == "postgres":
-        from memlane.database_store import PostgreSQLStore
-
         assert settings.postgres_url is not None  # checked by the model validator
         return PostgreSQLStore(
             settings.postgres_url,
@@ -152,8 +151,6 @@ def create_store(settings: MemlaneSettings) -> MemoryStore:
             schema_name=settings.postgres_schema,
         )
     if settings.backend == "mongodb":
-        from memlane.database_store import MongoDBStore
-
         assert settings.mongodb_url is not None  # checked by the model validator
         return MongoDBStore(
             settings.mongodb_url,

@@ -1,6 +1,8 @@
 """memlane's exceptions, defined once and raised by both the Rust and the pure-Python paths.
 
-Each subclasses the built-in that callers already catch, so ``except KeyError`` keeps working.
+Each subclasses the built-in that callers already catch, so ``except KeyError`` or
+``except OSError`` keeps working. Every failure of a store to reach or use its data is a
+:class:`StoreError` (an ``OSError``), whatever the backend, and names the path or address.
 """
 
 from __future__ import annotations
@@ -26,9 +28,21 @@ class InvalidValueError(MemlaneError, ValueError):
     """A value a backend cannot hold at all (for example, NUL characters in PostgreSQL text)."""
 
 
-class CorruptStoreError(MemlaneError, ValueError):
+class StoreError(MemlaneError, OSError):
+    """A store could not read or write its data (I/O, locking, a server); names where."""
+
+
+class StorePathError(StoreError):
+    """A path that cannot hold a store (a directory where a file belongs, or the reverse)."""
+
+
+class CorruptStoreError(StoreError, ValueError):
     """A persisted file or row that cannot be read back; names where it is."""
 
 
-class StoreConnectionError(MemlaneError, ConnectionError):
+class StoreConnectionError(StoreError, ConnectionError):
     """A database server that could not be reached; names host and port."""
+
+
+class StoreClosedError(MemlaneError, ValueError):
+    """A local store used after :meth:`close` (a ``ValueError``, as for a closed file)."""

@@ -1,0 +1,32 @@
+"""Where memory lives: five stores behind one :class:`MemoryStore` protocol.
+
+:class:`InMemoryStore` and :class:`SQLiteStore` run on the Rust tables when the extension is
+active and on their pure-Python twins otherwise; :class:`FileStore` keeps readable JSON files;
+:class:`PostgreSQLStore` and :class:`MongoDBStore` share memory across a fleet of hosts (their
+drivers are optional extras, imported when a store is created).
+
+Every store has the same methods: ``save``, ``save_many``, ``load``, ``load_by_key``,
+``delete``, ``clear``, ``namespaces``, ``cleanup_expired``, ``initialize`` and ``close``, each
+with an ``async_`` twin, and works as ``with store:`` and ``async with store:``.
+"""
+
+from __future__ import annotations
+
+from memlane.stores.file import FileStore
+from memlane.stores.memory import InMemoryStore
+from memlane.stores.mongodb import IndexFallbackWarning, MongoDBStore
+from memlane.stores.postgres import PostgreSQLStore
+from memlane.stores.protocol import AsyncMemoryStore, MemoryStore, SyncMemoryStore
+from memlane.stores.sqlite import SQLiteStore
+
+__all__ = [
+    "AsyncMemoryStore",
+    "FileStore",
+    "InMemoryStore",
+    "IndexFallbackWarning",
+    "MemoryStore",
+    "MongoDBStore",
+    "PostgreSQLStore",
+    "SQLiteStore",
+    "SyncMemoryStore",
+]

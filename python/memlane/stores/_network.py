@@ -1,0 +1,411 @@
+"""What the database-server stores share: per-loop connections, retry-once, and sync twins.
+
+The ``async_*`` methods are the native path and run on the caller's event loop. Database
+drivers bind connections to the loop that opened them, so each loop gets its own pool (or
+client), opened on first use. The sync methods run the async ones on a private event-loop
+thread, opening lazily: they work outside an event loop and inside one (where they block
+the caller like any sync I/O, but cannot deadlock it).
+
+A connection-class failure (server restarted, connection dropped) is retried once on fresh
+connections; every operation is idempotent (saves are upserts by ``entry_id``), so a retry
+never duplicates an entry. A second failure raises
+:class:`~memlane.errors.StoreConnectionError` naming host and port.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import urllib.parse
+from collections.abc import Awaitable, Callable, Coroutine
+from datetime import datetime
+from types import ModuleType
+from typing import Any, Generic, TypeVar
+
+from memlane._validate import check_seconds, check_str
+from memlane.errors import StoreConnectionError
+from memlane.stores._base import ContextManaged, blocking
+from memlane.stores.protocol import check_entry, check_entry_id, check_key, check_namespace
+from memlane.types import MemoryEntry, utc_now
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def require(module: str, extra: str) -> ModuleType:
+    """Imports an optional driver, or says which extra installs it."""
+    try:
+        return __import__(module, fromlist=["_"])
+    except ImportError as exc:
+        raise ImportError(
+            f"{module} is not installed; install it with: pip install 'memlane[{extra}]'"
+        ) from exc
+
+
+def _check_url(url: object) -> str:
+    text = check_str(url, "url")
+    if not text:
+        raise ValueError("url must be a non-empty connection URL")
+    return text
+
+
+def hosts(url: str, default_port: int) -> str:
+    """``host:port`` (comma-separated for a host list) of a connection URL, for messages."""
+    netloc = urllib.parse.urlsplit(url).netloc.rpartition("@")[2]
+    found = []
+    for item in netloc.split(",") if netloc else ["localhost"]:
+        try:
+            parts = urllib.parse.urlsplit(f"//{item}")
+            host, port = parts.hostname or "localhost", parts.port or default_port
+        except ValueError:
+            found.append(item)
+            continue
+        found.append(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
+    return ",".join(found)
+
+
+def utf8_problem(text: str) -> str | None:
+    """Why ``text`` cannot travel as UTF-8 (a lone surrogate), or ``None``."""
+    if text.isascii():
+        return None
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return f"a lone surrogate {text[exc.start]!r} at position {exc.start}"
+    return None
+
+
+class LoopThread:
+    """A private event loop in a daemon thread: where the sync methods run the async ones."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop | None:
+        """The running private loop, or ``None`` before first use and after :meth:`stop`."""
+        return self._loop
+
+    def _start(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            if self._loop is None:
+                loop = asyncio.new_event_loop()
+                ready = threading.Event()
+
+                def main() -> None:
+                    asyncio.set_event_loop(loop)
+                    loop.call_soon(ready.set)
+                    loop.run_forever()
+                    try:
+                        # A call still in flight gets CancelledError instead of waiting forever.
+                        pending = asyncio.all_tasks(loop)
+                        for task in pending:
+                            task.cancel()
+                        loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+                        loop.run_until_complete(loop.shutdown_asyncgens())
+                        loop.run_until_complete(loop.shutdown_default_executor())
+                    finally:
+                        loop.close()
+
+                thread = threading.Thread(target=main, name=self._name, daemon=True)
+                thread.start()
+                ready.wait()
+                self._loop, self._thread = loop, thread
+            return self._loop
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Runs ``coro`` on the private loop and waits for it, from any other thread."""
+        if threading.current_thread() is self._thread:
+            coro.close()
+            raise RuntimeError(
+                "a sync memlane store method was called on the store's own event-loop thread; "
+                "await the async_* method instead"
+            )
+        loop = self._start()
+        return asyncio.run_coroutine_threadsafe(coro, loop).result()
+
+    def stop(self) -> None:
+        """Stops the loop and joins its thread; a later :meth:`run` starts a new one."""
+        with self._lock:
+            loop, thread = self._loop, self._thread
+            self._loop = self._thread = None
+        if loop is not None and thread is not None:
+            loop.call_soon_threadsafe(loop.stop)
+            if thread is not threading.current_thread():
+                thread.join()
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
+class NetworkStore(ContextManaged, Generic[R]):
+    """Per-loop driver resources, retry-once, and the sync twins of the async methods.
+
+    Subclasses provide ``_open`` (a pool or client for the running loop, connected),
+    ``_migrate``, ``_close_resource``, ``_is_connection_error`` and the ``_do_*``
+    operations that use a resource, and may refine the other hooks.
+    """
+
+    persistent = True
+    _kind = "database"
+    _default_port = 0
+
+    def __init__(self, url: str, timeout: float) -> None:
+        self._url = _check_url(url)
+        self.timeout = check_seconds(timeout, "timeout")
+        self.address = hosts(self._url, self._default_port)
+        self._resources: dict[asyncio.AbstractEventLoop, R] = {}
+        self._opening: dict[asyncio.AbstractEventLoop, asyncio.Lock] = {}
+        self._closing: set[asyncio.Task[None]] = set()
+        self._lock = threading.Lock()
+        self._migrated = False
+        self._runner = LoopThread(f"memlane-{self._kind.lower()}")
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.address}>"
+
+    # ---- subclass hooks
+
+    async def _open(self, loop: asyncio.AbstractEventLoop) -> R:
+        raise NotImplementedError
+
+    async def _migrate(self, resource: R) -> None:
+        raise NotImplementedError
+
+    async def _close_resource(self, resource: R) -> None:
+        raise NotImplementedError
+
+    def _is_connection_error(self, exc: BaseException) -> bool:
+        raise NotImplementedError
+
+    def _abandon(self, resource: R) -> None:
+        """Releases a resource whose loop can no longer run coroutines."""
+
+    def _close_soon(self, resource: R, loop: asyncio.AbstractEventLoop) -> None:
+        """Closes a resource of the loop running this sync call, which cannot wait for it."""
+        task = loop.create_task(self._close_resource(resource))
+        # The loop keeps only a weak reference to tasks: hold it until it is done.
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
+
+    async def _recover(self, resource: R) -> None:
+        """Drops connections a failure may have left stale, before the retry."""
+
+    def _name_problem(self, text: str) -> str | None:
+        """Why this backend cannot hold ``text`` as a namespace, key or id, or ``None``."""
+        return None
+
+    # ---- resources
+
+    def _unreachable(self, exc: BaseException, doing: str) -> StoreConnectionError:
+        return StoreConnectionError(
+            f"cannot {doing} {self._kind} at {self.address} (timeout {self.timeout:g}s): "
+            f"{type(exc).__name__}: {exc}"
+        )
+
+    async def _resource(self) -> R:
+        loop = asyncio.get_running_loop()
+        resource = self._resources.get(loop)
+        if resource is not None:
+            return resource
+        with self._lock:
+            opening = self._opening.setdefault(loop, asyncio.Lock())
+        async with opening:
+            resource = self._resources.get(loop)
+            if resource is None:
+                self._prune_closed_loops()
+                resource = await self._open(loop)
+                try:
+                    if not self._migrated:
+                        await self._retrying(self._migrate, resource, "migrate the schema of")
+                        self._migrated = True
+                except BaseException:
+                    await self._close_resource(resource)
+                    raise
+                with self._lock:
+                    self._resources[loop] = resource
+        return resource
+
+    def _prune_closed_loops(self) -> None:
+        with self._lock:
+            dead = [loop for loop in self._resources if loop.is_closed()]
+            resources = [self._resources.pop(loop) for loop in dead]
+            for loop in dead:
+                self._opening.pop(loop, None)
+        for resource in resources:
+            self._abandon(resource)
+
+    async def _retrying(
+        self, op: Callable[[R], Awaitable[T]], resource: R, doing: str = "reach"
+    ) -> T:
+        try:
+            return await op(resource)
+        except Exception as exc:
+            if not self._is_connection_error(exc):
+                raise
+        # Every operation is idempotent (upserts by entry_id), so one retry on fresh
+        # connections cannot duplicate anything; it is what survives a server restart.
+        await self._recover(resource)
+        try:
+            return await op(resource)
+        except Exception as exc:
+            if self._is_connection_error(exc):
+                raise self._unreachable(exc, doing) from exc
+            raise
+
+    async def _call(self, op: Callable[[R], Awaitable[T]]) -> T:
+        return await self._retrying(op, await self._resource())
+
+    def _sync(self, coro: Coroutine[Any, Any, T]) -> T:
+        return self._runner.run(coro)
+
+    def _take_resources(
+        self, only: asyncio.AbstractEventLoop | None = None
+    ) -> list[tuple[asyncio.AbstractEventLoop, R]]:
+        with self._lock:
+            items = [(lp, r) for lp, r in self._resources.items() if only in (None, lp)]
+            for loop, _ in items:
+                del self._resources[loop]
+                self._opening.pop(loop, None)
+        return items
+
+    # ---- lifecycle
+
+    async def async_initialize(self) -> None:
+        """Connects (a pool for the running event loop) and migrates the schema.
+
+        Idempotent, and safe to call concurrently from several processes. Optional: every
+        method initialises on first use.
+
+        Raises:
+            StoreConnectionError: The server cannot be reached within ``timeout``.
+        """
+        await self._resource()
+
+    def close(self) -> None:
+        """Closes every pool or client this store opened, on whichever loop owns it.
+
+        Called inside a running event loop, that loop's connections are closed without
+        waiting for it (use :meth:`async_close` there to wait). The store stays usable: a
+        later call opens new connections.
+        """
+        current = _running_loop()
+        for loop, resource in self._take_resources():
+            if loop is current:
+                self._close_soon(resource, loop)
+            elif loop.is_running():
+                asyncio.run_coroutine_threadsafe(self._close_resource(resource), loop).result()
+            elif current is None and not loop.is_closed():
+                loop.run_until_complete(self._close_resource(resource))
+            else:
+                self._abandon(resource)
+        self._runner.stop()
+
+    async def async_close(self) -> None:
+        """Async :meth:`close`: waits for the running loop's connections to close."""
+        for _, resource in self._take_resources(only=asyncio.get_running_loop()):
+            await self._close_resource(resource)
+        # Other loops' connections (the private loop's among them) are closed on their loops.
+        await asyncio.to_thread(self.close)
+
+    # ---- the store protocol (async: native)
+
+    async def _do_save_many(self, resource: R, namespace: str, prepared: Any) -> None:
+        """Saves what :meth:`_prepare` made of the entries."""
+        raise NotImplementedError
+
+    async def _do_load(self, resource: R, namespace: str, now: datetime) -> list[MemoryEntry]:
+        raise NotImplementedError
+
+    async def _do_load_by_key(
+        self, resource: R, namespace: str, key: str, now: datetime
+    ) -> MemoryEntry | None:
+        raise NotImplementedError
+
+    async def _do_delete(self, resource: R, namespace: str, entry_id: str) -> bool:
+        raise NotImplementedError
+
+    async def _do_clear(self, resource: R, namespace: str) -> int:
+        raise NotImplementedError
+
+    async def _do_cleanup(self, resource: R, now: datetime) -> int:
+        raise NotImplementedError
+
+    async def _do_namespaces(self, resource: R) -> list[str]:
+        raise NotImplementedError
+
+    def _prepare(self, namespace: str, entries: list[MemoryEntry]) -> Any:
+        """Validates entries before any I/O; what ``_do_save_many`` receives."""
+        return entries
+
+    async def async_save(self, namespace: str, entry: MemoryEntry) -> None:
+        """Inserts ``entry`` or replaces the entry with the same ``entry_id`` or key, atomically.
+
+        Raises:
+            UnstorableValueError: Content or metadata is not plain JSON (a ``TypeError``).
+            InvalidValueError: A value this backend cannot hold at all (a ``ValueError``).
+            StoreConnectionError: The server is unreachable (after one retry).
+        """
+        prepared = self._prepare(check_namespace(namespace), [check_entry(entry)])
+        await self._call(lambda r: self._do_save_many(r, namespace, prepared))
+
+    async def async_save_many(self, namespace: str, entries: list[MemoryEntry]) -> None:
+        """Saves several entries of one namespace in one round trip (see the class docs)."""
+        prepared = self._prepare(check_namespace(namespace), [check_entry(e) for e in entries])
+        if entries:
+            await self._call(lambda r: self._do_save_many(r, namespace, prepared))
+
+    async def async_load(self, namespace: str) -> list[MemoryEntry]:
+        """Unexpired entries of ``namespace`` in insertion order."""
+        if self._name_problem(check_namespace(namespace)) is not None:
+            return []  # such a namespace cannot have been stored
+        now = utc_now()
+        return await self._call(lambda r: self._do_load(r, namespace, now))
+
+    async def async_load_by_key(self, namespace: str, key: str) -> MemoryEntry | None:
+        """The unexpired entry holding ``key``, or ``None``."""
+        check_namespace(namespace)
+        if self._name_problem(check_key(key)) is not None:
+            return None
+        now = utc_now()
+        return await self._call(lambda r: self._do_load_by_key(r, namespace, key, now))
+
+    async def async_delete(self, namespace: str, entry_id: str) -> bool:
+        """Removes one entry; whether it existed (after a retried failure, possibly ``False``)."""
+        check_namespace(namespace)
+        if self._name_problem(check_entry_id(entry_id)) is not None:
+            return False
+        return await self._call(lambda r: self._do_delete(r, namespace, entry_id))
+
+    async def async_clear(self, namespace: str) -> int:
+        """Removes every entry of ``namespace``; how many."""
+        check_namespace(namespace)
+        return await self._call(lambda r: self._do_clear(r, namespace))
+
+    async def async_cleanup_expired(self) -> int:
+        """Deletes expired entries of every namespace; how many."""
+        now = utc_now()
+        return await self._call(lambda r: self._do_cleanup(r, now))
+
+    async def async_namespaces(self) -> list[str]:
+        """Namespaces holding at least one entry, in order of their oldest entry."""
+        return await self._call(self._do_namespaces)
+
+    # ---- sync twins, on the private loop
+
+    save = blocking(async_save)
+    save_many = blocking(async_save_many)
+    load = blocking(async_load)
+    load_by_key = blocking(async_load_by_key)
+    delete = blocking(async_delete)
+    clear = blocking(async_clear)
+    cleanup_expired = blocking(async_cleanup_expired)
+    namespaces = blocking(async_namespaces)
+    initialize = blocking(async_initialize)

@@ -1,0 +1,177 @@
+"""SQLiteStore: one SQLite file, on the Rust table or its pure-Python twin.
+
+Both tables raise the stdlib ``sqlite3`` exceptions; this module is the one place they become
+memlane errors that name the file, whichever implementation is active.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from pathlib import Path
+from types import TracebackType
+
+from memlane import _backend
+from memlane.errors import CorruptStoreError, StoreError, StorePathError
+from memlane.stores._base import LocalStore
+from memlane.stores.protocol import (
+    check_entry,
+    check_entry_id,
+    check_key,
+    check_namespace,
+    entry_to_row,
+    now,
+    row_to_entry,
+)
+from memlane.types import MemoryEntry
+
+__all__ = ["SQLiteStore"]
+
+_UNREADABLE = {11, 26}  # SQLITE_CORRUPT, SQLITE_NOTADB: the file's bytes are not a database
+
+
+def sqlite_error(exc: sqlite3.Error, path: str) -> StoreError:
+    """The memlane error for a failure of SQLite on the file at ``path``."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    name = getattr(exc, "sqlite_errorname", None) or type(exc).__name__
+    message = f"SQLite store {path}: {exc} ({name})"
+    # Extended result codes keep the primary code in their low byte.
+    if isinstance(code, int) and code & 0xFF in _UNREADABLE:
+        return CorruptStoreError(message)
+    return StoreError(message)
+
+
+class _SqliteErrors:
+    """A ``with`` block that re-raises ``sqlite3.Error`` as :func:`sqlite_error`."""
+
+    __slots__ = ("path",)
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if isinstance(exc, sqlite3.Error):
+            raise sqlite_error(exc, self.path) from exc
+
+
+def _make_parent(path: str) -> None:
+    """Creates the file's directory, or says in a memlane error why ``path`` cannot be one."""
+    if path == ":memory:":
+        return
+    target = Path(path)
+    if target.is_dir():
+        raise StorePathError(f"SQLite store {path}: is a directory, not a database file")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StorePathError(
+            f"SQLite store {path}: cannot create its directory ({exc.strerror}: {exc.filename})"
+        ) from exc
+
+
+class SQLiteStore(LocalStore):
+    """An SQLite file (WAL, every operation one transaction, indexed by namespace and key).
+
+    Several processes can share the file. The ``async_`` methods run in a worker thread.
+
+    Args:
+        path: The database file; it and its parent directories are created if missing.
+            ``":memory:"`` keeps the database in memory.
+
+    Raises:
+        StorePathError: ``path`` is a directory, or its directory cannot be created (an
+            ``OSError``).
+        StoreError: SQLite cannot open the file (an ``OSError``); a
+            :class:`~memlane.errors.CorruptStoreError` if it is not a database.
+    """
+
+    persistent = True
+
+    def __init__(self, path: str | os.PathLike[str] = ".memlane/memory.sqlite3") -> None:
+        self.path = os.fspath(path)
+        self._errors = _SqliteErrors(self.path)
+        _make_parent(self.path)
+        with self._errors:
+            self._table = _backend.active.SqliteTable(self.path)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.path}>"
+
+    def _release(self) -> None:
+        with self._errors:
+            self._table.close()
+
+    def save(self, namespace: str, entry: MemoryEntry) -> None:
+        """Inserts or replaces ``entry`` atomically.
+
+        Raises:
+            UnstorableValueError: Content or metadata is not plain JSON (a ``TypeError``).
+            StoreError: SQLite failed (an ``OSError``).
+            StoreClosedError: The store was closed.
+        """
+        namespace, row = check_namespace(namespace), entry_to_row(check_entry(entry))
+        self._check_open()
+        with self._errors:
+            self._table.save(namespace, row)
+
+    def save_many(self, namespace: str, entries: list[MemoryEntry]) -> None:
+        """Saves several entries in one transaction: all or none."""
+        namespace = check_namespace(namespace)
+        rows = [entry_to_row(check_entry(e)) for e in entries]
+        self._check_open()
+        with self._errors:
+            self._table.save_many(namespace, rows)
+
+    def load(self, namespace: str) -> list[MemoryEntry]:
+        """Unexpired entries in insertion order.
+
+        Raises:
+            CorruptStoreError: A row cannot be decoded; names the file.
+        """
+        namespace = check_namespace(namespace)
+        self._check_open()
+        with self._errors:
+            rows = self._table.load(namespace, now())
+        return [row_to_entry(r, self.path) for r in rows]
+
+    def load_by_key(self, namespace: str, key: str) -> MemoryEntry | None:
+        """The unexpired entry holding ``key``, or ``None``."""
+        namespace, key = check_namespace(namespace), check_key(key)
+        self._check_open()
+        with self._errors:
+            row = self._table.load_by_key(namespace, key, now())
+        return None if row is None else row_to_entry(row, self.path)
+
+    def delete(self, namespace: str, entry_id: str) -> bool:
+        """Removes one entry; whether it existed."""
+        namespace, entry_id = check_namespace(namespace), check_entry_id(entry_id)
+        self._check_open()
+        with self._errors:
+            return self._table.delete(namespace, entry_id)
+
+    def clear(self, namespace: str) -> int:
+        """Removes every entry of the namespace; how many."""
+        namespace = check_namespace(namespace)
+        self._check_open()
+        with self._errors:
+            return self._table.clear(namespace)
+
+    def namespaces(self) -> list[str]:
+        """Namespaces holding at least one entry, in order of their oldest entry."""
+        self._check_open()
+        with self._errors:
+            return self._table.namespaces()
+
+    def cleanup_expired(self) -> int:
+        """Removes expired entries; how many."""
+        self._check_open()
+        with self._errors:
+            return self._table.cleanup_expired(now())
