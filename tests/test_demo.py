@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import importlib
 import re
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
 
-from memlane.__main__ import DEMO_BUDGET, DEMO_SUMMARY_TOKENS, main
+from memlane.__main__ import main
+from memlane.demo import DEMO_BUDGET, DEMO_SUMMARY_TOKENS, run_demo
 
 
 def _demo(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
@@ -45,10 +48,13 @@ class TestOfflineDemo:
         assert "tool:  get_weather(city='Lisbon') -> 'sunny, 22°C, light Atlantic breeze'" in out
         assert "tool:  remember(key='name', value='Ada')" in out
         history = [int(t) for t in re.findall(rf"(\d+)/{DEMO_BUDGET} tokens", out)]
-        assert len(history) == 8 and max(history) <= DEMO_BUDGET
-        assert "folded into the summary" in out and "summary rolled" in out
+        assert len(history) == 8
+        assert max(history) <= DEMO_BUDGET
+        assert "folded into the summary" in out
+        assert "summary rolled" in out
         summaries = [int(t) for t in re.findall(r"summary rolled \((\d+) tokens\)", out)]
-        assert summaries and max(summaries) <= DEMO_SUMMARY_TOKENS
+        assert summaries
+        assert max(summaries) <= DEMO_SUMMARY_TOKENS
         assert "facts: name=Ada; trip=Lisbon, a week in May; diet=vegetarian" in out
         # The recall turn is answered from what the model was sent: facts and summary.
         assert "agent: From my notes: name: Ada;" in out
@@ -110,9 +116,26 @@ class TestResumeAfterARestart:
         assert f"resumed: conversation {cid} after 6 turns" in second.stdout
         assert "identical to the end of the last session" in second.stdout
         assert "[turn  7] you:   How do I get from the airport to the city?" in second.stdout
-        assert "[turn  9]" in second.stdout and "[turn 10]" not in second.stdout
+        assert "[turn  9]" in second.stdout
+        assert "[turn 10]" not in second.stdout
         # Facts saved in the first process reach the model in the second.
         assert (
             "agent: From my notes: name: Ada; trip: Lisbon, a week in May; diet: vegetarian"
             in second.stdout
         )
+
+
+class TestEntryPoints:
+    """The console script and `python -m memlane` reach the same command; the demo is callable."""
+
+    def test_the_console_script_is_main(self) -> None:
+        pyproject = Path(__file__).resolve().parent.parent / "pyproject.toml"
+        target = tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]["scripts"]
+        module, _, name = target["memlane"].partition(":")
+        assert getattr(importlib.import_module(module), name) is main
+
+    def test_run_demo_without_the_command_line(
+        self, capsys: pytest.CaptureFixture[str], tmp_path: Path
+    ) -> None:
+        assert run_demo(db=str(tmp_path / "m.sqlite3"), turns=1) == 0
+        assert "[turn  1] you:   Hi! I'm Ada" in capsys.readouterr().out
