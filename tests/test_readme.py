@@ -1,4 +1,4 @@
-"""Every ```python block of README.md runs, as written, offline."""
+"""Every ```python block of README.md runs, as written, offline, and runs again after itself."""
 
 from __future__ import annotations
 
@@ -28,11 +28,17 @@ BLOCKS = _blocks()
 @pytest.mark.parametrize(
     "code", [b[2] for b in BLOCKS], ids=[f"{b[0]}:line{b[1]}".replace(" ", "-") for b in BLOCKS]
 )
-def test_block_runs(code: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A README example runs in a fresh namespace, in an empty working directory."""
+def test_block_runs_twice(code: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A README example runs, then runs again in the same directory: readers rerun examples.
+
+    Each run gets a fresh namespace; the working directory starts empty and keeps whatever
+    the first run left, so an example that writes to a fixed path fails the second time.
+    """
     monkeypatch.chdir(tmp_path)
-    # exec is the point: the README's own text is the code under test.
-    exec(compile(code, str(README), "exec"), {"__name__": "__readme__"})  # noqa: S102
+    compiled = compile(code, str(README), "exec")
+    for _ in range(2):
+        # exec is the point: the README's own text is the code under test.
+        exec(compiled, {"__name__": "__readme__"})  # noqa: S102
 
 
 def test_the_agent_examples_are_all_there() -> None:
