@@ -19,7 +19,7 @@ from pydantic_ai.conversation_store import (
 
 from memlane.conversation import ConversationMemory
 from memlane.manager import MemoryManager
-from memlane.store import MemoryStore
+from memlane.stores import MemoryStore
 from memlane.types import MemoryEntry, MemoryScope, utc_now
 
 __all__ = ["MemlaneConversationStore"]
@@ -61,7 +61,7 @@ class MemlaneConversationStore(ConversationStore):
 
     Args:
         memory: A :class:`~memlane.MemoryManager` or :class:`~memlane.ConversationMemory`
-            (its store is used) or a :class:`~memlane.store.MemoryStore`.
+            (its store is used) or a :class:`~memlane.stores.MemoryStore`.
 
     Raises:
         TypeError: ``memory`` is none of these.
@@ -118,13 +118,28 @@ class MemlaneConversationStore(ConversationStore):
     # ---------------------------------------------------------------- primitives
 
     async def read_record(self, conversation_id: str) -> ConversationRecord | None:
-        """The record of a conversation, or ``None``."""
+        """The record of a conversation.
+
+        Args:
+            conversation_id: The conversation.
+
+        Returns:
+            Its record, or ``None`` when none is stored.
+        """
         return self._record(await self.store.async_load_by_key(self.RECORDS, conversation_id))
 
     async def read_records(
         self, *, scope: str | None = None, limit: int | None = None
     ) -> Sequence[ConversationRecord]:
-        """The records (of ``scope``), most recently saved first, at most ``limit``."""
+        """The stored records, most recently saved first.
+
+        Args:
+            scope: Only the records of this scope; ``None`` for all.
+            limit: At most this many; ``None`` for all.
+
+        Returns:
+            The records.
+        """
         records = [
             _RECORD_ADAPTER.validate_python(e.content)
             for e in await self.store.async_load(self.RECORDS)
@@ -141,6 +156,11 @@ class MemlaneConversationStore(ConversationStore):
         expected_revision: str | None,
     ) -> None:
         """Stores ``new_entries`` and ``record`` if the stored revision is ``expected_revision``.
+
+        Args:
+            record: The record to store.
+            new_entries: Entries the record's history adds.
+            expected_revision: The revision the writer loaded; ``None`` for a new conversation.
 
         Raises:
             ConversationConflict: The stored revision differs, or ``record.head_id`` names an
@@ -167,17 +187,15 @@ class MemlaneConversationStore(ConversationStore):
                 raise ConversationConflict(record.conversation_id)
             # Entries first, the record last: a crash in between leaves only unreachable
             # entries, which the next delete collects, never a record pointing at nothing.
-            save_many = getattr(self.store, "save_many", None)
-            encoded = [self._entry_entry(e) for e in new_entries]
-            if save_many is not None:
-                save_many(self.ENTRIES, encoded)
-            else:
-                for item in encoded:
-                    self.store.save(self.ENTRIES, item)
+            self.store.save_many(self.ENTRIES, [self._entry_entry(e) for e in new_entries])
             self.store.save(self.RECORDS, self._record_entry(record))
 
     async def delete_record(self, conversation_id: str, *, expected_revision: str) -> None:
         """Deletes a record and the entries no remaining record's history reaches.
+
+        Args:
+            conversation_id: The conversation.
+            expected_revision: The revision the caller loaded.
 
         Raises:
             ConversationConflict: No record with ``expected_revision`` is stored.
@@ -207,6 +225,12 @@ class MemlaneConversationStore(ConversationStore):
     async def read_entry(self, entry_id: str) -> ConversationEntry:
         """The entry with this id.
 
+        Args:
+            entry_id: The entry.
+
+        Returns:
+            The entry.
+
         Raises:
             KeyError: No such entry.
         """
@@ -218,7 +242,18 @@ class MemlaneConversationStore(ConversationStore):
     async def read_history(
         self, head_id: str | None, *, limit: int | None = None
     ) -> list[ConversationEntry]:
-        """The entries up to ``head_id``, oldest first (the last ``limit``), in one worker call."""
+        """The history that ends at ``head_id``, read in one worker-thread call.
+
+        Args:
+            head_id: The newest entry; ``None`` for an empty history.
+            limit: At most this many of the newest entries; ``None`` for all.
+
+        Returns:
+            The entries, oldest first.
+
+        Raises:
+            KeyError: An entry of the history is missing.
+        """
         return await asyncio.to_thread(self._read_history, head_id, limit)
 
     def _read_history(self, head_id: str | None, limit: int | None) -> list[ConversationEntry]:
