@@ -315,6 +315,10 @@ class TestOutputsAreTyped:
 
     async def test_an_agent_built_from_a_model(self, memory: MemoryManager) -> None:
         assert_type(MemoryAgent(_text_model(), memory=memory), MemoryAgent[str])
+        # pydantic-ai's Agent refuses output_type=None; MemoryAgent reads it as the default.
+        untyped = MemoryAgent(_text_model("hi"), memory=memory, output_type=None)
+        assert_type(untyped, MemoryAgent[str])
+        assert (await untyped.run("hello")).output == "hi"
         wrapped = MemoryAgent(_city_model(), memory=memory, output_type=City)
         assert_type(wrapped, MemoryAgent[City])
         assert (await wrapped.run("a city")).output.population == 1
