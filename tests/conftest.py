@@ -12,6 +12,7 @@ from types import ModuleType
 import pytest
 from hypothesis import HealthCheck, settings
 
+import db_servers
 from memlane import _backend
 from memlane._backend import rust_core
 
@@ -99,15 +100,13 @@ def _close_the_loop_run_sync_leaves(request: pytest.FixtureRequest) -> Iterator[
 # servers instead. A server that cannot start fails the tests that need it, with the reason:
 # these tests never skip.
 
-import db_servers
-
 
 def _start_server(kind: str, start: object, workdir: object) -> db_servers.Server:
     try:
         return start(workdir)  # type: ignore[operator, no-any-return]
     except db_servers.ServerError as exc:
         pytest.fail(
-            f"the {kind} test server could not start (run tests/install_servers.sh, or set "
+            f"the {kind} test server could not start (run scripts/install_servers.sh, or set "
             f"{db_servers.POSTGRES_URL_ENV if kind == 'PostgreSQL' else db_servers.MONGODB_URL_ENV}"
             f"):\n{exc}",
             pytrace=False,

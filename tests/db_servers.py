@@ -7,7 +7,7 @@ Two servers are supported:
 * FerretDB v1.24.2 (MongoDB wire protocol) with its SQLite backend, see
   :func:`start_ferretdb`.
 
-Both are installed by ``tests/install_servers.sh``. Setting
+Both are installed by ``scripts/install_servers.sh``. Setting
 ``MEMLANE_TEST_POSTGRES_URL`` or ``MEMLANE_TEST_MONGODB_URL`` makes the matching
 function return that external server instead of starting one.
 
@@ -72,7 +72,7 @@ POSTGRES_ROLE = "postgres"
 """Superuser role of a started PostgreSQL server (trust authentication)."""
 
 FERRETDB_VERSION = "v1.24.2"
-"""FerretDB version that ``tests/install_servers.sh`` installs."""
+"""FerretDB version that ``scripts/install_servers.sh`` installs."""
 
 PG_SYSTEM_USER = "memlane-pg"
 """Unprivileged OS user that runs PostgreSQL when the tests run as root."""
@@ -94,7 +94,7 @@ class ServerError(RuntimeError):
 
 
 def tools_bin_dir() -> Path:
-    """Return the directory ``tests/install_servers.sh`` installs tools into.
+    """Return the directory ``scripts/install_servers.sh`` installs tools into.
 
     Returns:
         ``${MEMLANE_TOOLS_DIR:-$HOME/.cache/memlane-tools}/bin``.
@@ -422,7 +422,7 @@ def _postgres_bindir() -> Path:
             return Path(dirs.pop())
     raise ServerError(
         "PostgreSQL server binaries not found (looked in /usr/lib/postgresql/*/bin and PATH for "
-        f"{', '.join(needed)}). Run tests/install_servers.sh, or set {POSTGRES_URL_ENV}."
+        f"{', '.join(needed)}). Run scripts/install_servers.sh, or set {POSTGRES_URL_ENV}."
     )
 
 
@@ -638,7 +638,7 @@ def _ferretdb_binary() -> Path:
     found = str(cand) if os.access(cand, os.X_OK) else shutil.which("ferretdb")
     if not found:
         raise ServerError(
-            f"ferretdb binary not found in {tools_bin_dir()} or PATH. Run tests/install_servers.sh, "
+            f"ferretdb binary not found in {tools_bin_dir()} or PATH. Run scripts/install_servers.sh, "
             f"or set {MONGODB_URL_ENV}."
         )
     res = subprocess.run([found, "--version"], capture_output=True, text=True, check=False, timeout=30)
@@ -647,7 +647,7 @@ def _ferretdb_binary() -> Path:
     m = re.search(r"^version:\s*(\S+)", res.stdout, re.M)
     if not m or m.group(1) != FERRETDB_VERSION:
         got = m.group(1) if m else "unknown"
-        raise ServerError(f"{found} is FerretDB {got}, expected {FERRETDB_VERSION}; re-run tests/install_servers.sh")
+        raise ServerError(f"{found} is FerretDB {got}, expected {FERRETDB_VERSION}; re-run scripts/install_servers.sh")
     return Path(found)
 
 

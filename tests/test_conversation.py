@@ -9,8 +9,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 from pydantic_ai.messages import (
+    ModelMessage,
     ModelRequest,
     ModelResponse,
     SystemPromptPart,
@@ -34,6 +36,13 @@ from memlane.conversation import SUMMARY_PREFIX, message_texts
 pytestmark = pytest.mark.usefixtures("impl")
 
 
+def first_content(message: ModelMessage) -> Any:
+    """The content of a message's first part, which must be a prompt or a text."""
+    part = message.parts[0]
+    assert isinstance(part, UserPromptPart | TextPart | SystemPromptPart)
+    return part.content
+
+
 def words(n: int, tag: str = "w") -> str:
     return " ".join(f"{tag}{i}" for i in range(n))
 
@@ -41,8 +50,16 @@ def words(n: int, tag: str = "w") -> str:
 def tool_turn(i: int) -> list[Any]:
     return [
         ModelRequest(parts=[UserPromptPart(content=f"look up item {i}")]),
-        ModelResponse(parts=[ToolCallPart(tool_name="lookup", args={"item": i}, tool_call_id=f"c{i}")]),
-        ModelRequest(parts=[ToolReturnPart(tool_name="lookup", content={"item": i, "value": "x" * 40}, tool_call_id=f"c{i}")]),
+        ModelResponse(
+            parts=[ToolCallPart(tool_name="lookup", args={"item": i}, tool_call_id=f"c{i}")]
+        ),
+        ModelRequest(
+            parts=[
+                ToolReturnPart(
+                    tool_name="lookup", content={"item": i, "value": "x" * 40}, tool_call_id=f"c{i}"
+                )
+            ]
+        ),
         ModelResponse(parts=[TextPart(content=f"item {i} is x")]),
     ]
 
@@ -64,8 +81,8 @@ class TestTokenEstimateOfATurn:
         mem = ConversationMemory()
         turn = mem.add_turn("c", "hello", "hi there")
         assert isinstance(turn.raw_messages[0], ModelRequest)
-        assert turn.raw_messages[0].parts[0].content == "hello"
-        assert turn.raw_messages[1].parts[0].content == "hi there"
+        assert first_content(turn.raw_messages[0]) == "hello"
+        assert first_content(turn.raw_messages[1]) == "hi there"
         assert turn.token_estimate == 1 + 2
         assert turn.turn_id == 0
         assert mem.add_turn("c", "a", "b").turn_id == 1
@@ -87,7 +104,9 @@ class TestBudget:
 
     @given(sizes=st.lists(st.integers(0, 60), max_size=40), budget=st.integers(1, 200))
     def test_window_matches_brute_force(self, sizes: list[int], budget: int) -> None:
-        mem = ConversationMemory(max_tokens=budget, estimator=TokenEstimator(mode="heuristic", tokens_per_word=1.0))
+        mem = ConversationMemory(
+            max_tokens=budget, estimator=TokenEstimator(mode="heuristic", tokens_per_word=1.0)
+        )
         counts = []
         for i, n in enumerate(sizes):
             turn = mem.add_turn("c", "", words(n, f"t{i}_"))
@@ -115,7 +134,9 @@ class TestBudget:
         first_part = history[0].parts[0]
         assert isinstance(first_part, UserPromptPart)
         calls = {p.tool_call_id for m in history for p in m.parts if isinstance(p, ToolCallPart)}
-        returns = {p.tool_call_id for m in history for p in m.parts if isinstance(p, ToolReturnPart)}
+        returns = {
+            p.tool_call_id for m in history for p in m.parts if isinstance(p, ToolReturnPart)
+        }
         assert calls == returns
 
     def test_unknown_conversation_has_empty_history(self) -> None:
@@ -148,12 +169,16 @@ class TestSummaries:
         second = calls[1]
         assert second[0].metadata == {"summary": True}
         assert second[0].user_prompt == ""
-        assert second[0].assistant_response == (calls[0] and " ; ".join(t.assistant_response.split()[0] for t in calls[0]))
+        assert second[0].assistant_response == (
+            calls[0] and " ; ".join(t.assistant_response.split()[0] for t in calls[0])
+        )
         summary = mem.get_summary("c")
-        assert summary is not None and summary.startswith("fact0")
+        assert summary is not None
+        assert summary.startswith("fact0")
         history = mem.get_message_history("c")
         head = history[0].parts[0]
-        assert isinstance(head, SystemPromptPart) and head.content == SUMMARY_PREFIX + summary
+        assert isinstance(head, SystemPromptPart)
+        assert head.content == SUMMARY_PREFIX + summary
         assert mem.get_history_tokens("c") <= 100
 
     def test_newest_turn_always_stays(self) -> None:
@@ -161,11 +186,12 @@ class TestSummaries:
         mem.add_turn("c", "q", words(30))
         mem.add_turn("c", "q", words(30))
         turns = mem.get_turns("c")
-        assert len(turns) == 1 and turns[0].turn_id == 1
+        assert len(turns) == 1
+        assert turns[0].turn_id == 1
 
     def test_without_summarizer_nothing_is_summarised(self) -> None:
         mem = ConversationMemory(max_tokens=50, summarize_threshold=10)
-        for i in range(10):
+        for _ in range(10):
             mem.add_turn("c", "q", words(10))
         assert mem.get_summary("c") is None
         assert len(mem.get_turns("c")) == 10
@@ -175,7 +201,7 @@ class TestSummaries:
             raise RuntimeError("model down")
 
         mem = ConversationMemory(max_tokens=100, summarize_threshold=20, summarizer=broken)
-        for i in range(5):
+        for _ in range(5):
             mem.add_turn("c", "q", words(10))
         assert len(mem.get_turns("c")) == 5
         assert "summarizer failed" in caplog.text
@@ -186,7 +212,7 @@ class TestSummaries:
             return f"{len(turns)} turns"
 
         mem = ConversationMemory(max_tokens=100, summarize_threshold=30, summarizer=summarizer)
-        for i in range(6):
+        for _ in range(6):
             await mem.async_add_turn("c", "q", words(10))
         assert mem.get_summary("c") is not None
 
@@ -199,15 +225,23 @@ class TestPersistence:
         def store() -> Any:
             return SQLiteStore(tmp_path / "m.db") if kind == "sqlite" else FileStore(tmp_path / "d")
 
-        summarizer = lambda turns: "|".join(t.user_prompt for t in turns)  # noqa: E731
-        mem = ConversationMemory(max_tokens=300, summarize_threshold=200, summarizer=summarizer, store=store())
+        def summarizer(turns: list[ConversationTurn]) -> str:
+            return "|".join(t.user_prompt for t in turns)
+
+        mem = ConversationMemory(
+            max_tokens=300, summarize_threshold=200, summarizer=summarizer, store=store()
+        )
         for i in range(25):
             msgs = tool_turn(i) if i % 3 == 0 else None
             mem.add_turn("conv", f"q{i}", f"a{i} " + words(10), msgs, metadata={"i": i})
         before = mem.get_message_history("conv")
-        again = ConversationMemory(max_tokens=300, summarize_threshold=200, summarizer=summarizer, store=store())
+        again = ConversationMemory(
+            max_tokens=300, summarize_threshold=200, summarizer=summarizer, store=store()
+        )
         assert again.get_message_history("conv") == before
-        assert [t.turn_id for t in again.get_turns("conv")] == [t.turn_id for t in mem.get_turns("conv")]
+        assert [t.turn_id for t in again.get_turns("conv")] == [
+            t.turn_id for t in mem.get_turns("conv")
+        ]
         assert again.get_summary("conv") == mem.get_summary("conv")
         assert again.conversation_ids == ["conv"]
         again.add_turn("conv", "next", "answer")
@@ -239,7 +273,10 @@ class TestExportImport:
 
     def test_import_without_messages_or_counts(self) -> None:
         mem = ConversationMemory()
-        cid = mem.import_conversation({"turns": [{"user_prompt": "hello", "assistant_response": "hi there"}]}, conversation_id="new")
+        cid = mem.import_conversation(
+            {"turns": [{"user_prompt": "hello", "assistant_response": "hi there"}]},
+            conversation_id="new",
+        )
         assert cid == "new"
         (turn,) = mem.get_turns("new")
         assert turn.token_estimate == 3
@@ -261,7 +298,10 @@ class TestExportImport:
         ("data", "message"),
         [
             ({"turns": "x"}, "data\\['turns'\\] must be a list"),
-            ({"turns": [{"user_prompt": 1, "assistant_response": "a"}]}, "data\\['turns'\\]\\[0\\]\\['user_prompt'\\]"),
+            (
+                {"turns": [{"user_prompt": 1, "assistant_response": "a"}]},
+                "data\\['turns'\\]\\[0\\]\\['user_prompt'\\]",
+            ),
             ({"turns": [], "summary": 3}, "data\\['summary'\\]"),
         ],
     )
@@ -273,13 +313,16 @@ class TestExportImport:
 class TestBadInput:
     """Bad arguments raise precise errors and store nothing."""
 
-    @pytest.mark.parametrize(("kw", "exc", "msg"), [
-        ({"max_tokens": 0}, ValueError, "max_tokens must be > 0, got 0"),
-        ({"max_tokens": -5}, ValueError, "max_tokens must be > 0, got -5"),
-        ({"max_tokens": 1.5}, TypeError, "max_tokens must be int, not float"),
-        ({"summarize_threshold": 0}, ValueError, "summarize_threshold must be > 0"),
-        ({"summarizer": "nope"}, TypeError, "summarizer must be callable"),
-    ])
+    @pytest.mark.parametrize(
+        ("kw", "exc", "msg"),
+        [
+            ({"max_tokens": 0}, ValueError, "max_tokens must be > 0, got 0"),
+            ({"max_tokens": -5}, ValueError, "max_tokens must be > 0, got -5"),
+            ({"max_tokens": 1.5}, TypeError, "max_tokens must be int, not float"),
+            ({"summarize_threshold": 0}, ValueError, "summarize_threshold must be > 0"),
+            ({"summarizer": "nope"}, TypeError, "summarizer must be callable"),
+        ],
+    )
     def test_constructor(self, kw: dict[str, Any], exc: type[Exception], msg: str) -> None:
         with pytest.raises(exc, match=msg):
             ConversationMemory(**kw)
@@ -287,11 +330,13 @@ class TestBadInput:
     def test_add_turn_arguments(self) -> None:
         mem = ConversationMemory()
         with pytest.raises(TypeError, match="conversation_id must be str, not int"):
-            mem.add_turn(1, "q", "a")
+            mem.add_turn(1, "q", "a")  # type: ignore[arg-type]  # the wrong type is the point
         with pytest.raises(TypeError, match="user_prompt must be str, not NoneType"):
-            mem.add_turn("c", None, "a")
-        with pytest.raises(TypeError, match=r"raw_messages\[0\] must be ModelRequest or ModelResponse, not str"):
-            mem.add_turn("c", "q", "a", ["hello"])
+            mem.add_turn("c", None, "a")  # type: ignore[arg-type]
+        with pytest.raises(
+            TypeError, match=r"raw_messages\[0\] must be ModelRequest or ModelResponse, not str"
+        ):
+            mem.add_turn("c", "q", "a", ["hello"])  # type: ignore[list-item]
         assert mem.conversation_ids == [] or mem.get_turns("c") == []
 
     def test_manager_budget_validation(self) -> None:
@@ -317,7 +362,9 @@ class TestConcurrency:
         turns = mem.get_turns("c")
         assert [t.turn_id for t in turns] == list(range(100))
         assert len({t.user_prompt for t in turns}) == 100
-        reloaded = ConversationMemory(store=SQLiteStore(tmp_path / "m.db"), max_tokens=100_000).get_turns("c")
+        reloaded = ConversationMemory(
+            store=SQLiteStore(tmp_path / "m.db"), max_tokens=100_000
+        ).get_turns("c")
         assert [t.user_prompt for t in reloaded] == [t.user_prompt for t in turns]
 
     async def test_coroutines(self, tmp_path: Path) -> None:
@@ -325,7 +372,9 @@ class TestConcurrency:
         await asyncio.gather(*(mem.async_add_turn("c", f"p{i}", "a") for i in range(50)))
         turns = await mem.async_get_turns("c")
         assert [t.turn_id for t in turns] == list(range(50))
-        reloaded = ConversationMemory(store=SQLiteStore(tmp_path / "m.db"), max_tokens=100_000).get_turns("c")
+        reloaded = ConversationMemory(
+            store=SQLiteStore(tmp_path / "m.db"), max_tokens=100_000
+        ).get_turns("c")
         assert [t.user_prompt for t in reloaded] == [t.user_prompt for t in turns]
 
 
@@ -336,7 +385,13 @@ class TestCompactRetainedTurns:
         mem = ConversationMemory(max_tokens=120)
         originals = [tool_turn(i) for i in range(30)]
         for i, messages in enumerate(originals):
-            mem.add_turn("c", f"look up item {i}", f"item {i} is x", messages if i % 2 else None, metadata={"i": i})
+            mem.add_turn(
+                "c",
+                f"look up item {i}",
+                f"item {i} is x",
+                messages if i % 2 else None,
+                metadata={"i": i},
+            )
         turns = mem.get_turns("c")
         assert [t.turn_id for t in turns] == list(range(30))
         assert [t.metadata for t in turns] == [{"i": i} for i in range(30)]
@@ -344,7 +399,10 @@ class TestCompactRetainedTurns:
             if i % 2:
                 assert turn.raw_messages == originals[i]
             else:
-                assert [p.content for m in turn.raw_messages for p in m.parts] == [f"look up item {i}", f"item {i} is x"]
+                assert [first_content(m) for m in turn.raw_messages] == [
+                    f"look up item {i}",
+                    f"item {i} is x",
+                ]
         again = mem.get_turns("c")
         assert [t.raw_messages for t in again] == [t.raw_messages for t in turns]
 
@@ -355,7 +413,9 @@ class TestCompactRetainedTurns:
             return words(next(lengths))
 
         est = TokenEstimator(mode="heuristic", tokens_per_word=1.0)
-        mem = ConversationMemory(max_tokens=100, summarize_threshold=60, summarizer=summarizer, estimator=est)
+        mem = ConversationMemory(
+            max_tokens=100, summarize_threshold=60, summarizer=summarizer, estimator=est
+        )
         for i in range(40):
             mem.add_turn("c", "", words(12, f"t{i}_"))
             turns = mem.get_turns("c")
@@ -376,7 +436,7 @@ class TestFastTurnConstruction:
     def test_equal_to_model_construct(self) -> None:
         from memlane.types import new_turn, utc_now
 
-        values = {
+        values: dict[str, Any] = {
             "turn_id": 3,
             "user_prompt": "q",
             "assistant_response": "a",

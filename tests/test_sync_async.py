@@ -6,7 +6,7 @@ import asyncio
 import itertools
 import threading
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -82,7 +82,9 @@ class TestMixedCallers:
             mine = [p for p in prompts if p.startswith(f"task {n} ")]
             assert mine == [f"task {n} {i}" for i in range(50)]
         if kind == "sqlite":
-            reader = ConversationMemory(max_tokens=10**6, store=SQLiteStore(tmp_path / "mixed.sqlite3"))
+            reader = ConversationMemory(
+                max_tokens=10**6, store=SQLiteStore(tmp_path / "mixed.sqlite3")
+            )
             assert [(t.turn_id, t.user_prompt) for t in reader.get_turns("mixed")] == [
                 (t.turn_id, t.user_prompt) for t in turns
             ]
@@ -173,7 +175,7 @@ class TestHybridLock:
 
 
 @pytest.fixture
-def deterministic(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[], None]]:
+def deterministic(monkeypatch: pytest.MonkeyPatch) -> Callable[[], None]:
     """Entry ids and clocks that repeat exactly, so two runs of a script store equal bytes."""
 
     def reset() -> None:
@@ -194,7 +196,7 @@ def deterministic(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[], None
             monkeypatch.setattr(module, "utc_now", now)
 
     reset()
-    yield reset
+    return reset
 
 
 def _summarize(turns: list[ConversationTurn]) -> str:
@@ -205,8 +207,17 @@ def _tool_turn(i: int) -> list[Any]:
     at = datetime(2025, 6, 1, tzinfo=UTC)
     return [
         ModelRequest(parts=[UserPromptPart(content=f"look up {i}", timestamp=at)]),
-        ModelResponse(parts=[ToolCallPart(tool_name="lookup", args={"n": i}, tool_call_id=f"c{i}")], timestamp=at),
-        ModelRequest(parts=[ToolReturnPart(tool_name="lookup", content=f"value {i}", tool_call_id=f"c{i}", timestamp=at)]),
+        ModelResponse(
+            parts=[ToolCallPart(tool_name="lookup", args={"n": i}, tool_call_id=f"c{i}")],
+            timestamp=at,
+        ),
+        ModelRequest(
+            parts=[
+                ToolReturnPart(
+                    tool_name="lookup", content=f"value {i}", tool_call_id=f"c{i}", timestamp=at
+                )
+            ]
+        ),
         ModelResponse(parts=[TextPart(content=f"it is {i}")], timestamp=at),
     ]
 
@@ -235,8 +246,12 @@ def _sync_script(manager: MemoryManager) -> list[Any]:
     memory.add_turn("copy", "one more", "sure")
     manager.set_fact("tz", "Australia/Adelaide", importance=0.9)
     manager.set_fact("lang", "en")
-    seen.extend([manager.get_fact("tz"), manager.working.delete("lang"), manager.get_working_context()])
-    seen.extend([memory.get_summary(cid), memory.get_total_tokens(cid), sorted(memory.conversation_ids)])
+    seen.extend(
+        [manager.get_fact("tz"), manager.working.delete("lang"), manager.get_working_context()]
+    )
+    seen.extend(
+        [memory.get_summary(cid), memory.get_total_tokens(cid), sorted(memory.conversation_ids)]
+    )
     memory.clear(cid)
     seen.append(memory.get_turns(cid))
     return seen
@@ -279,14 +294,25 @@ def _dump(path: Path) -> list[tuple[Any, ...]]:
     import sqlite3
 
     with sqlite3.connect(path) as conn:
-        tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")]
-        return [(table, *row) for table in tables for row in conn.execute(f'SELECT * FROM "{table}" ORDER BY 1, 2')]
+        tables = [
+            r[0]
+            for r in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name"
+            )
+        ]
+        return [
+            (table, *row)
+            for table in tables
+            for row in conn.execute(f'SELECT * FROM "{table}" ORDER BY 1, 2')
+        ]
 
 
 class TestOneLogic:
     """The same scripted operations through the sync and the async API store identical state."""
 
-    def test_identical_results_and_stored_rows(self, tmp_path: Path, deterministic: Callable[[], None]) -> None:
+    def test_identical_results_and_stored_rows(
+        self, tmp_path: Path, deterministic: Callable[[], None]
+    ) -> None:
         sync_path, async_path = tmp_path / "sync.sqlite3", tmp_path / "async.sqlite3"
         sync_seen = _sync_script(_manager(sync_path))
         deterministic()

@@ -1,6 +1,6 @@
 """Distributions: each artefact installs into a clean venv and works from there, not the tree.
 
-Each pass of the suite checks one wheel, built once per session by tests/build_wheels.sh: the
+Each pass of the suite checks one wheel, built once per session by scripts/build_wheels.sh: the
 Rust pass the binary wheel (installed and run with cargo and rustc off PATH), the
 MEMLANE_PURE_PYTHON=1 pass the pure-Python twin. Run as a script, it checks artefacts that were
 already built, which is how the release workflow tests every wheel and the sdist:
@@ -162,7 +162,7 @@ class Venv:
 
 
 def build(kinds: list[str], out: Path) -> list[Artefact]:
-    """Runs tests/build_wheels.sh, with this interpreter (and its maturin) as the builder."""
+    """Runs scripts/build_wheels.sh, with this interpreter (and its maturin) as the builder."""
     env = {
         **os.environ,
         "PYTHON": sys.executable,
@@ -170,7 +170,7 @@ def build(kinds: list[str], out: Path) -> list[Artefact]:
     }
     for kind in kinds:
         proc = subprocess.run(
-            ["bash", str(ROOT / "tests" / "build_wheels.sh"), kind, str(out)],
+            ["bash", str(ROOT / "scripts" / "build_wheels.sh"), kind, str(out)],
             check=False,
             env=env,
             capture_output=True,

@@ -39,13 +39,17 @@ class TestScratchpad:
         wm.set("user", "Grace")
         assert wm.get("user") == "Grace"
         assert wm.get("missing", "dflt") == "dflt"
-        assert wm.has("plan") and not wm.has("missing")
+        assert wm.has("plan")
+        assert not wm.has("missing")
         assert wm.keys() == ["plan", "user"]
         assert wm.items() == [("plan", ["a", "b"]), ("user", "Grace")]
         assert wm.to_dict() == {"plan": ["a", "b"], "user": "Grace"}
         assert wm.to_context_string() == "Working Memory:\n- plan: ['a', 'b']\n- user: Grace"
-        assert wm.get_entry("plan").importance == 0.9
-        assert wm.delete("plan") is True and wm.delete("plan") is False
+        entry = wm.get_entry("plan")
+        assert entry is not None
+        assert entry.importance == 0.9
+        assert wm.delete("plan") is True
+        assert wm.delete("plan") is False
         assert wm.clear() == 1
         assert wm.to_dict() == {}
 
@@ -93,15 +97,18 @@ class TestScratchpad:
 class TestBadInput:
     """Invalid keys, importance and TTL raise precise errors and change nothing."""
 
-    @pytest.mark.parametrize(("kwargs", "exc", "msg"), [
-        ({"importance": 1.5}, ValueError, "importance must be between 0.0 and 1.0, got 1.5"),
-        ({"importance": -0.1}, ValueError, "importance must be between"),
-        ({"importance": float("nan")}, ValueError, "importance must be between"),
-        ({"importance": "high"}, TypeError, "importance must be a number, not str"),
-        ({"ttl": 0}, ValueError, "ttl must be a positive finite duration, got 0"),
-        ({"ttl": -1}, ValueError, "ttl must be a positive"),
-        ({"ttl": "1h"}, TypeError, "ttl must be seconds"),
-    ])
+    @pytest.mark.parametrize(
+        ("kwargs", "exc", "msg"),
+        [
+            ({"importance": 1.5}, ValueError, "importance must be between 0.0 and 1.0, got 1.5"),
+            ({"importance": -0.1}, ValueError, "importance must be between"),
+            ({"importance": float("nan")}, ValueError, "importance must be between"),
+            ({"importance": "high"}, TypeError, "importance must be a number, not str"),
+            ({"ttl": 0}, ValueError, "ttl must be a positive finite duration, got 0"),
+            ({"ttl": -1}, ValueError, "ttl must be a positive"),
+            ({"ttl": "1h"}, TypeError, "ttl must be seconds"),
+        ],
+    )
     def test_set_arguments(self, kwargs: dict[str, Any], exc: type[Exception], msg: str) -> None:
         wm = WorkingMemory()
         wm.set("k", "original")
@@ -112,14 +119,14 @@ class TestBadInput:
     def test_non_string_key(self) -> None:
         wm = WorkingMemory()
         with pytest.raises(TypeError, match="key must be str, not int"):
-            wm.set(1, "v")
+            wm.set(1, "v")  # type: ignore[arg-type]  # the wrong type is the point
         with pytest.raises(TypeError, match="key must be str, not NoneType"):
-            wm.get(None)
+            wm.get(None)  # type: ignore[arg-type]
 
     def test_unstorable_value_on_persistent_store(self, tmp_path: Path) -> None:
         wm = WorkingMemory(store=SQLiteStore(tmp_path / "m.db"))
         wm.set("k", "original")
-        with pytest.raises(TypeError, match="'k'.*set"):
+        with pytest.raises(TypeError, match=r"'k'.*set"):
             wm.set("k", {1, 2})
         assert wm.get("k") == "original"
 
@@ -132,7 +139,8 @@ class TestMemoryManager:
         assert m.conversation.max_tokens == 128_000
         assert m.conversation.summarize_threshold == 10
         assert m.working.scope_id == "default"
-        assert m.conversation.store is m.store and m.working.store is m.store
+        assert m.conversation.store is m.store
+        assert m.working.store is m.store
 
     def test_facade(self, tmp_path: Path) -> None:
         m = MemoryManager(store=SQLiteStore(tmp_path / "m.db"), max_conversation_tokens=1000)
@@ -152,6 +160,7 @@ class TestMemoryManager:
         m.clear_conversation(cid)
         assert m.get_message_history(cid) == []
         m.clear_working()
-        assert m.get_fact("name") is None and child.get_fact("topic") == "memory"
+        assert m.get_fact("name") is None
+        assert child.get_fact("topic") == "memory"
         m.clear_all()
         assert m.conversation.conversation_ids == []

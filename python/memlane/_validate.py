@@ -83,7 +83,9 @@ def check_ttl(value: object, name: str = "ttl") -> timedelta | None:
     elif isinstance(value, int | float) and not isinstance(value, bool):
         seconds = float(value)
     else:
-        raise TypeError(f"{name} must be seconds (int or float) or timedelta, not {type_name(value)}")
+        raise TypeError(
+            f"{name} must be seconds (int or float) or timedelta, not {type_name(value)}"
+        )
     if not math.isfinite(seconds) or seconds <= 0:
         raise ValueError(f"{name} must be a positive finite duration, got {value!r}")
     return timedelta(seconds=seconds)

@@ -13,7 +13,6 @@ from memlane.tokens import TokenEstimator
 from memlane.types import ConversationTurn
 from memlane.working import WorkingMemory
 
-
 _STORE_METHODS = ("save", "load", "load_by_key", "delete", "clear", "async_save", "async_load")
 
 

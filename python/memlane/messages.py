@@ -51,7 +51,9 @@ def message_texts(messages: Iterable[ModelMessage]) -> list[str]:
             elif isinstance(part, BaseToolReturnPart):
                 texts.append(part.tool_name)
                 texts.append(part.model_response_str())
-            elif isinstance(part, RetryFeedbackPart | RetryPromptPart) and not isinstance(part.content, str):
+            elif isinstance(part, RetryFeedbackPart | RetryPromptPart) and not isinstance(
+                part.content, str
+            ):
                 texts.append(part.model_response())  # retry feedback with validation errors
             else:
                 texts.extend(_content_texts(getattr(part, "content", None)))
@@ -64,7 +66,9 @@ def summary_message(summary: str, created_at: datetime) -> ModelRequest:
     Its timestamp is the summary's own, so the same history compares equal however often
     (and in whichever process) it is rebuilt.
     """
-    return ModelRequest(parts=[SystemPromptPart(content=SUMMARY_PREFIX + summary, timestamp=created_at)])
+    return ModelRequest(
+        parts=[SystemPromptPart(content=SUMMARY_PREFIX + summary, timestamp=created_at)]
+    )
 
 
 def default_messages(user_prompt: str, assistant_response: str, at: datetime) -> list[ModelMessage]:
@@ -89,5 +93,6 @@ def pack_messages(messages: list[ModelMessage]) -> bytes | list[ModelMessage]:
 def unpack_messages(payload: bytes | str | list[ModelMessage]) -> list[ModelMessage]:
     """The messages :func:`pack_messages` packed."""
     if isinstance(payload, bytes | str):
-        return ModelMessagesTypeAdapter.validate_json(payload)
+        messages: list[ModelMessage] = ModelMessagesTypeAdapter.validate_json(payload)
+        return messages
     return list(payload)

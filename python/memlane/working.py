@@ -51,7 +51,9 @@ class WorkingMemory:
 
     # ------------------------------------------------------------------ plans
 
-    def _set_plan(self, key: str, value: Any, importance: float, ttl: float | timedelta | None) -> Plan[None]:
+    def _set_plan(
+        self, key: str, value: Any, importance: float, ttl: float | timedelta | None
+    ) -> Plan[None]:
         check_str(key, "key")
         importance = check_fraction(importance, "importance")
         lifetime = check_ttl(ttl)
@@ -67,7 +69,9 @@ class WorkingMemory:
         yield StoreCall("save", (self.namespace, entry))
 
     def _entry_plan(self, key: str) -> Plan[MemoryEntry | None]:
-        entry: MemoryEntry | None = yield StoreCall("load_by_key", (self.namespace, check_str(key, "key")))
+        entry: MemoryEntry | None = yield StoreCall(
+            "load_by_key", (self.namespace, check_str(key, "key"))
+        )
         return entry
 
     def _get_plan(self, key: str, default: Any) -> Plan[Any]:

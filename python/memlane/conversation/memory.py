@@ -33,7 +33,9 @@ T = TypeVar("T")
 
 def _check_messages(raw_messages: object) -> list[ModelMessage]:
     if not isinstance(raw_messages, list | tuple):
-        raise TypeError(f"raw_messages must be a list of ModelMessage, not {type(raw_messages).__name__}")
+        raise TypeError(
+            f"raw_messages must be a list of ModelMessage, not {type(raw_messages).__name__}"
+        )
     for i, message in enumerate(raw_messages):
         if not isinstance(message, ModelRequest | ModelResponse):
             raise TypeError(
@@ -313,7 +315,9 @@ class ConversationMemory(ConversationLogic):
         state = yield from self._existing_plan(cid)
         return export_snapshot(cid, state)
 
-    def import_conversation(self, data: dict[str, Any], *, conversation_id: str | None = None) -> str:
+    def import_conversation(
+        self, data: dict[str, Any], *, conversation_id: str | None = None
+    ) -> str:
         """Loads an :meth:`export_conversation` snapshot; returns the conversation id.
 
         Missing token estimates are re-computed; turns without ``raw_messages`` are rebuilt

@@ -68,7 +68,9 @@ class ConversationLogic:
             return state
         ns = namespace(cid)
         entries: list[MemoryEntry] = yield StoreCall("load", (ns,))
-        known = bool(entries) or (yield StoreCall("load_by_key", (INDEX_NAMESPACE, cid))) is not None
+        known = (
+            bool(entries) or (yield StoreCall("load_by_key", (INDEX_NAMESPACE, cid))) is not None
+        )
         if not known and not create:
             return None
         state, leftovers = restore(entries, self.max_tokens)
@@ -93,7 +95,9 @@ class ConversationLogic:
 
     # ------------------------------------------------------------------ adding turns
 
-    def _count(self, user_prompt: str, assistant_response: str, messages: list[ModelMessage] | None) -> int:
+    def _count(
+        self, user_prompt: str, assistant_response: str, messages: list[ModelMessage] | None
+    ) -> int:
         """A turn's token estimate; pure, so it is counted before the lock is taken."""
         if messages is None:
             return sum(self.estimator.estimate_many([user_prompt, assistant_response]))
@@ -115,7 +119,9 @@ class ConversationLogic:
             turn_id=state.next_turn_id,
             user_prompt=user_prompt,
             assistant_response=assistant_response,
-            raw_messages=messages if messages is not None else default_messages(user_prompt, assistant_response, at),
+            raw_messages=messages
+            if messages is not None
+            else default_messages(user_prompt, assistant_response, at),
             timestamp=at,
             token_estimate=tokens,
             metadata=dict(metadata) if metadata else {},
@@ -220,7 +226,10 @@ class ConversationLogic:
             )
             entries.append(summary_entry(state, []))
         ids = [uuid.uuid4().hex for _ in snapshot.turns]
-        entries.extend(turn_entry(turn, entry_id) for (turn, _), entry_id in zip(snapshot.turns, ids, strict=True))
+        entries.extend(
+            turn_entry(turn, entry_id)
+            for (turn, _), entry_id in zip(snapshot.turns, ids, strict=True)
+        )
         if self._persistent:
             yield StoreCall("save_many", (namespace(cid), entries))
         for (turn, given), entry_id in zip(snapshot.turns, ids, strict=True):

@@ -80,7 +80,10 @@ def parse_snapshot(data: object, estimator: TokenEstimator) -> ParsedSnapshot:
     except ValueError as exc:
         raise ValueError(f"data['summary_created_at'] is invalid: {exc}") from exc
     source_id = data.get("conversation_id")
-    turns = [_parse_turn(item, summarized + i, f"data['turns'][{i}]", estimator) for i, item in enumerate(turns_data)]
+    turns = [
+        _parse_turn(item, summarized + i, f"data['turns'][{i}]", estimator)
+        for i, item in enumerate(turns_data)
+    ]
     return ParsedSnapshot(
         conversation_id=source_id if isinstance(source_id, str) else None,
         summary=summary,
@@ -90,7 +93,9 @@ def parse_snapshot(data: object, estimator: TokenEstimator) -> ParsedSnapshot:
     )
 
 
-def _parse_turn(item: object, turn_id: int, where: str, estimator: TokenEstimator) -> tuple[ConversationTurn, bool]:
+def _parse_turn(
+    item: object, turn_id: int, where: str, estimator: TokenEstimator
+) -> tuple[ConversationTurn, bool]:
     if not isinstance(item, dict):
         raise ValueError(f"{where} must be a dict, got {type(item).__name__}")
     for name in ("user_prompt", "assistant_response"):

@@ -99,7 +99,9 @@ class ConversationState:
             self.window_from -= 1
             window.appendleft(_unpack(self.records[self.window_from - offset]))
 
-    def append_record(self, record: Record, entry_id: str, messages: list[ModelMessage] | None) -> None:
+    def append_record(
+        self, record: Record, entry_id: str, messages: list[ModelMessage] | None
+    ) -> None:
         """Adds the newest turn; ``messages`` are its live objects if the caller has them."""
         self.records.append(record)
         self.entry_ids.append(entry_id)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh clone: installs what the tests need into .venv, builds the
-# extension, runs the Rust unit tests, then pytest twice — once on the Rust path and once with
-# MEMLANE_PURE_PYTHON=1. Any failure (including "no tests ran") exits non-zero.
+# extension, runs the linters (any finding fails), the Rust unit tests, then pytest twice — once
+# on the Rust path and once with MEMLANE_PURE_PYTHON=1. Any failure (including "no tests ran")
+# exits non-zero.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -12,13 +13,14 @@ if [ ! -x "$VENV/bin/python" ]; then
     "$PYTHON" -m venv "$VENV"
 fi
 "$VENV/bin/python" -m pip install -q --upgrade pip
-echo "== installing memlane (builds the Rust extension) and the test dependencies"
-"$VENV/bin/python" -m pip install -q -e '.[test]'
+echo "== installing memlane (builds the Rust extension) and the test and lint dependencies"
+"$VENV/bin/python" -m pip install -q -e '.[test,lint]'
 
-if [ -f tests/install_servers.sh ]; then
-    echo "== installing the database servers the tests start"
-    bash tests/install_servers.sh
-fi
+echo "== installing the database servers the tests start"
+bash scripts/install_servers.sh
+
+echo "== linters"
+MEMLANE_VENV="$VENV" bash scripts/lint.sh
 
 echo "== cargo test (Rust core, no Python)"
 cargo test --quiet --lib

@@ -2,7 +2,7 @@
 # Builds memlane's distributions. This is the one place the build commands live: the release
 # workflow and tests/test_wheels.py call it.
 #
-#   bash tests/build_wheels.sh [binary|pure|sdist|all] OUTDIR
+#   bash scripts/build_wheels.sh [binary|pure|sdist|all] OUTDIR
 #
 #   binary  the abi3 wheel for this platform (one wheel serves every CPython >= 3.11), release
 #           profile; on Linux the manylinux policy is checked, never repaired (nothing but libc may
