@@ -164,3 +164,52 @@ class TestMemoryManager:
         assert child.get_fact("topic") == "memory"
         m.clear_all()
         assert m.conversation.conversation_ids == []
+
+    @pytest.mark.parametrize("bad", ["sqlite", 3, object(), WorkingMemory()])
+    def test_store_that_is_not_one_is_refused_at_construction(self, bad: object) -> None:
+        with pytest.raises(
+            TypeError, match=rf"store must be a MemoryStore .*not {type(bad).__name__}"
+        ):
+            MemoryManager(store=bad)  # type: ignore[arg-type]  # the wrong type is the point
+
+
+class TestAsyncTwins:
+    """Every working-memory and manager method has an async twin that sees the same facts."""
+
+    async def test_async_methods_mirror_sync_ones(self, store: Any) -> None:
+        wm = WorkingMemory(store=store, scope_id="twin")
+        await wm.async_set("b", 2, importance=0.7)
+        wm.set("a", [1])
+        assert await wm.async_get("a") == [1]
+        assert await wm.async_has("b")
+        assert not await wm.async_has("zzz")
+        entry = await wm.async_get_entry("b")
+        assert entry is not None
+        assert entry.importance == 0.7
+        assert await wm.async_keys() == wm.keys() == ["b", "a"]
+        assert await wm.async_items() == wm.items()
+        assert await wm.async_to_dict() == {"b": 2, "a": [1]}
+        assert await wm.async_to_context_string() == wm.to_context_string()
+        assert [e.key for e in await wm.async_entries()] == ["b", "a"]
+        assert await wm.async_delete("b") is True
+        assert await wm.async_delete("b") is False
+        assert await wm.async_clear() == 1
+        assert len(wm) == 0
+
+    async def test_manager_async_twins(self) -> None:
+        m = MemoryManager()
+        cid = await m.async_new_conversation()
+        await m.async_add_turn(cid, "hi", "hello")
+        assert len(await m.async_get_message_history(cid)) == 2
+        await m.async_set_fact("tz", "UTC")
+        assert await m.async_get_fact("tz") == "UTC"
+        assert await m.async_get_working_context() == "Working Memory:\n- tz: UTC"
+        await m.async_clear_working()
+        assert await m.async_get_fact("tz") is None
+        await m.async_clear_conversation(cid)
+        assert m.get_message_history(cid) == []
+        await m.async_add_turn(cid, "again", "ok")
+        await m.async_set_fact("k", 1)
+        await m.async_clear_all()
+        assert m.conversation.conversation_ids == []
+        assert m.get_fact("k") is None
