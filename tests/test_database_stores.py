@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import inspect
 import json
 import socket
 import subprocess
@@ -22,15 +23,16 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import asyncpg  # type: ignore[import-untyped]  # asyncpg ships no type information
+import asyncpg
 import pytest
 from motor.motor_asyncio import AsyncIOMotorClient
 from pymongo import AsyncMongoClient
+from pymongo.errors import InvalidOperation
 
 from db_servers import Server
-from memlane import ConversationMemory, MemoryManager
-from memlane.database_store import IndexFallbackWarning, MongoDBStore, PostgreSQLStore
+from memlane import ConversationMemory, InMemoryStore, MemoryManager, MemoryStore
 from memlane.errors import InvalidValueError, StoreConnectionError, UnstorableValueError
+from memlane.stores import IndexFallbackWarning, MongoDBStore, PostgreSQLStore
 from memlane.types import MemoryEntry, MemoryScope, utc_now
 
 KINDS = ["postgres", "mongodb", "motor"]
@@ -53,7 +55,7 @@ async def initialized(store: Store) -> Store:
     """Initialises, ignoring the partial-index fallback warning (tested on its own)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", IndexFallbackWarning)
-        await store.initialize()
+        await store.async_initialize()
     return store
 
 
@@ -88,7 +90,7 @@ class StoreFactory:
 
     async def cleanup(self) -> None:
         for store in self._made:
-            await store.close()
+            await store.async_close()
         for motor in self._motor:
             motor.close()
         if self.kind == "postgres":
@@ -194,9 +196,11 @@ class TestEntriesRoundTrip:
         await store.async_save("ns", original)
         loaded = await store.async_load_by_key("ns", "profile")
         assert loaded == original
-        assert loaded is not None and loaded.created_at.tzinfo is not None
+        assert loaded is not None
+        assert loaded.created_at.tzinfo is not None
         assert loaded.created_at.utcoffset() == timedelta(0)
-        assert loaded.expires_at is not None and loaded.expires_at.utcoffset() == timedelta(0)
+        assert loaded.expires_at is not None
+        assert loaded.expires_at.utcoffset() == timedelta(0)
         assert await store.async_load("ns") == [original]
 
     async def test_scalar_and_nested_content(self, store: Store) -> None:
@@ -226,7 +230,8 @@ class TestEntriesRoundTrip:
         loaded = await store.async_load_by_key("ns", "n")
         assert loaded is not None
         got = loaded.content["v"]
-        assert got == value and type(got) is type(value)
+        assert got == value
+        assert type(got) is type(value)
         assert loaded.content["list"] == [value]
 
 
@@ -357,8 +362,8 @@ class TestExpiry:
         await store.async_save("other", entry(content=3, expires_at=past))
         assert await store.async_load("ns") == [live]
         assert await store.async_load_by_key("ns", "dead") is None
-        assert await store.cleanup_expired() == 2
-        assert await store.cleanup_expired() == 0
+        assert await store.async_cleanup_expired() == 2
+        assert await store.async_cleanup_expired() == 0
         assert await store.async_load("ns") == [live]
 
     async def test_entry_expires_while_stored(self, store: Store) -> None:
@@ -403,7 +408,7 @@ class TestUnstorableContent:
     @pytest.mark.parametrize(
         ("content", "fragment"),
         [
-            ({"when": datetime(2024, 1, 1)}, "datetime"),
+            ({"when": datetime(2024, 1, 1, tzinfo=UTC)}, "datetime"),
             ({1: "int key"}, "dict key 1"),
             (float("nan"), "nan"),
             ({1, 2}, "set"),
@@ -413,7 +418,8 @@ class TestUnstorableContent:
         with pytest.raises(UnstorableValueError) as info:
             await store.async_save("ns", entry(key="bad", content=content))
         assert isinstance(info.value, TypeError)
-        assert "'bad'" in str(info.value) and fragment in str(info.value)
+        assert "'bad'" in str(info.value)
+        assert fragment in str(info.value)
         assert await store.async_load("ns") == []
 
     async def test_metadata_is_checked_too(self, store: Store) -> None:
@@ -588,23 +594,23 @@ class TestSyncMethodsOutsideALoop:
         assert store.namespaces() == ["ns"]
         assert store.delete("ns", a.entry_id) is True
         assert store.clear("ns") == 2
-        assert store.cleanup_expired_sync() == 0
-        store.close_sync()
+        assert store.cleanup_expired() == 0
+        store.close()
         assert store.load("ns") == []  # reopens after close
-        store.close_sync()
+        store.close()
 
     def test_many_threads(self, own_factory: StoreFactory) -> None:
         store = own_factory.make()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", IndexFallbackWarning)
-            store.initialize_sync()
+            store.initialize()
         errors: list[BaseException] = []
 
         def work(n: int) -> None:
             try:
                 for i in range(10):
                     store.save("ns", entry(content=[n, i]))
-            except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
+            except BaseException as exc:
                 errors.append(exc)
 
         threads = [threading.Thread(target=work, args=(n,)) for n in range(4)]
@@ -617,7 +623,7 @@ class TestSyncMethodsOutsideALoop:
         assert sorted(contents) == sorted([n, i] for n in range(4) for i in range(10))
         for n in range(4):
             assert [c for c in contents if c[0] == n] == [[n, i] for i in range(10)]
-        store.close_sync()
+        store.close()
 
     def test_context_manager(self, own_factory: StoreFactory) -> None:
         with warnings.catch_warnings():
@@ -664,13 +670,99 @@ class TestEachEventLoopGetsItsOwnConnections:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", IndexFallbackWarning)
                 await store.async_save("ns", entry(content=content))
-            await store.close()
+            await store.async_close()
 
         asyncio.run(save(1))
         asyncio.run(save(2))
         store.save("ns", entry(content=3))
         assert [e.content for e in store.load("ns")] == [1, 2, 3]
-        store.close_sync()
+        store.close()
+
+
+# ---------------------------------------------------------------------------- one method set
+
+SYNC_METHODS = [
+    "save",
+    "save_many",
+    "load",
+    "load_by_key",
+    "delete",
+    "clear",
+    "namespaces",
+    "cleanup_expired",
+    "initialize",
+    "close",
+]
+
+
+class TestUniformMethods:
+    """Network stores have the method set of every store: each sync method and its async_ twin."""
+
+    async def test_method_set(self, store: Store) -> None:
+        assert isinstance(store, MemoryStore)
+        for name in SYNC_METHODS:
+            assert not inspect.iscoroutinefunction(getattr(store, name)), name
+            assert inspect.iscoroutinefunction(getattr(store, f"async_{name}")), name
+
+    async def test_async_lifecycle_and_maintenance(self, store: Store) -> None:
+        past = utc_now() - timedelta(seconds=1)
+        await store.async_save_many("ns", [entry(content=1), entry(content=2, expires_at=past)])
+        assert await store.async_namespaces() == ["ns"]
+        assert await store.async_cleanup_expired() == 1
+        await store.async_close()
+        await store.async_initialize()  # reopens
+        assert [e.content for e in await store.async_load("ns")] == [1]
+
+    def test_sync_lifecycle_and_maintenance(self, own_factory: StoreFactory) -> None:
+        store = own_factory.make()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", IndexFallbackWarning)
+            store.initialize()
+        store.save("ns", entry(content=1, expires_at=utc_now() - timedelta(seconds=1)))
+        assert store.cleanup_expired() == 1
+        assert store.namespaces() == []
+        store.close()
+
+    async def test_unstorable_message_is_the_in_memory_one(self, store: Store) -> None:
+        bad = entry(key="bad", content={"a": [1, object()]})
+        with pytest.raises(UnstorableValueError) as expected:
+            InMemoryStore().save("ns", bad)
+        with pytest.raises(UnstorableValueError) as got:
+            await store.async_save_many("ns", [entry(content=1), bad])
+        assert str(got.value) == str(expected.value)
+        with pytest.raises(UnstorableValueError) as got:
+            store.save("ns", bad)
+        assert str(got.value) == str(expected.value)
+        assert await store.async_load("ns") == []
+
+
+class TestCloseWithoutAwait:
+    """A plain close() call closes for real, inside a running event loop and outside one."""
+
+    async def test_inside_the_loop(self, own_factory: StoreFactory) -> None:
+        store = await initialized(own_factory.make())
+        resource: Any = next(iter(store._resources.values()))
+        store.close()
+        assert store._resources == {}
+        if isinstance(store, PostgreSQLStore):
+            with pytest.raises(asyncpg.InterfaceError, match="closed"):
+                await resource.fetchval("SELECT 1")
+        else:
+            # PyMongo's close is a coroutine: close() scheduled it on this loop.
+            await asyncio.gather(*store._closing)
+            with pytest.raises(InvalidOperation, match="after close"):
+                await resource.client.admin.command("ping")
+
+    def test_outside_any_loop(self, own_factory: StoreFactory) -> None:
+        store = own_factory.make()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", IndexFallbackWarning)
+            store.save("ns", entry(content=1))
+        runner = store._runner
+        assert runner.loop is not None
+        store.close()
+        assert store._resources == {}
+        assert runner.loop is None
 
 
 # ---------------------------------------------------------------------------- concurrency
@@ -709,8 +801,8 @@ class TestConcurrentWriters:
         stores = [factory.make() for _ in range(5)]
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", IndexFallbackWarning)
-            await asyncio.gather(*(s.initialize() for s in stores))
-            await asyncio.gather(*(s.initialize() for s in stores))
+            await asyncio.gather(*(s.async_initialize() for s in stores))
+            await asyncio.gather(*(s.async_initialize() for s in stores))
         await stores[0].async_save("ns", entry(content=1))
         assert len(await stores[4].async_load("ns")) == 1
 
@@ -740,11 +832,11 @@ class TestServerDownAtInitialize:
         store = down_store(kind, port, timeout=2.0)
         started = time.monotonic()
         with pytest.raises(StoreConnectionError) as info:
-            await store.initialize()
+            await store.async_initialize()
         assert time.monotonic() - started < 2.0 + 1.5
         assert isinstance(info.value, ConnectionError)
         assert f"127.0.0.1:{port}" in str(info.value)
-        await store.close()
+        await store.async_close()
 
     @pytest.mark.parametrize("kind", ["postgres", "mongodb"])
     async def test_server_that_never_answers(self, kind: str) -> None:
@@ -757,9 +849,9 @@ class TestServerDownAtInitialize:
                 warnings.simplefilter("ignore", ResourceWarning)
                 started = time.monotonic()
                 with pytest.raises(StoreConnectionError, match=f"127.0.0.1:{hole.port}"):
-                    await store.initialize()
+                    await store.async_initialize()
                 assert time.monotonic() - started < 1.0 + 1.5
-                await store.close()
+                await store.async_close()
                 gc.collect()
             collect_cancelled_connects()
         finally:
@@ -771,7 +863,7 @@ class TestServerDownAtInitialize:
         store = down_store(kind, port, timeout=2.0)
         with pytest.raises(StoreConnectionError, match=f"127.0.0.1:{port}"):
             store.load("ns")
-        store.close_sync()
+        store.close()
 
     async def test_motor_client_to_a_dead_server(self) -> None:
         port = dead_port()
@@ -780,8 +872,8 @@ class TestServerDownAtInitialize:
         )
         store = MongoDBStore(store_url("mongodb", port), client=client, timeout=1.0)
         with pytest.raises(StoreConnectionError, match=f"127.0.0.1:{port}"):
-            await store.initialize()
-        await store.close()
+            await store.async_initialize()
+        await store.async_close()
         client.close()
 
 
@@ -813,7 +905,7 @@ class TestServerRestart:
         server.restart()
         store.save("ns", entry(content=2))
         assert [e.content for e in store.load("ns")] == [1, 2]
-        store.close_sync()
+        store.close()
 
     async def test_motor_client_recovers(self, request: pytest.FixtureRequest) -> None:
         made = StoreFactory("motor", managed(server_for(request, "motor")))
@@ -937,11 +1029,9 @@ class TestPostgreSQLSchema:
         assert "(entry_id)" in indexes["memory_entries_pkey"]
         assert "(namespace, seq)" in indexes["memory_entries_namespace"]
         key_index = indexes["memory_entries_namespace_key"]
-        assert (
-            "UNIQUE" in key_index
-            and "(namespace, key)" in key_index
-            and "key IS NOT NULL" in key_index
-        )
+        assert "UNIQUE" in key_index
+        assert "(namespace, key)" in key_index
+        assert "key IS NOT NULL" in key_index
         assert "expires_at IS NOT NULL" in indexes["memory_entries_expires_at"]
 
     async def test_content_is_queryable_jsonb(self, postgres_server: Server) -> None:
@@ -979,8 +1069,8 @@ class TestMongoDBIndexes:
             store = made.make()
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
-                await store.initialize()
-                await store.initialize()
+                await store.async_initialize()
+                await store.async_initialize()
             client: AsyncMongoClient[dict[str, Any]] = AsyncMongoClient(made.server.url)
             try:
                 info = await client["memlane"][made.name].index_information()
@@ -998,9 +1088,8 @@ class TestMongoDBIndexes:
         partial = "partialFilterExpression" in info["namespace_key"]
         assert partial or len(fallback) == 1
         if fallback:
-            assert "namespace_key" in str(fallback[0].message) and "expires_at" in str(
-                fallback[0].message
-            )
+            assert "namespace_key" in str(fallback[0].message)
+            assert "expires_at" in str(fallback[0].message)
 
     def test_bad_names(self) -> None:
         with pytest.raises(InvalidValueError):
@@ -1023,7 +1112,8 @@ class TestMongoDBIndexes:
                 await client.close()
         finally:
             await made.cleanup()
-        assert raw is not None and json.loads(raw["content"]) == content
+        assert raw is not None
+        assert json.loads(raw["content"]) == content
         assert raw["_id"] == '["ns","k"]'  # the key's document: one per (namespace, key)
 
 
@@ -1083,7 +1173,7 @@ class Block:
             raise ImportError(f"blocked {name}")
 sys.meta_path.insert(0, Block())
 import memlane
-from memlane.database_store import MongoDBStore, PostgreSQLStore
+from memlane.stores import MongoDBStore, PostgreSQLStore
 for make in (lambda: PostgreSQLStore("postgresql://h/db"), lambda: MongoDBStore("mongodb://h/")):
     try:
         make()

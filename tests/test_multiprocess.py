@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import asyncpg  # type: ignore[import-untyped]  # asyncpg ships no type information
+import asyncpg
 import pytest
 from pymongo import AsyncMongoClient
 
@@ -31,7 +31,7 @@ import asyncio, json, sys, warnings
 warnings.simplefilter("ignore")  # e.g. the partial-index fallback notice of FerretDB
 cfg = json.loads(sys.argv[1])
 from memlane import ConversationMemory, MemoryManager, SQLiteStore
-from memlane.database_store import MongoDBStore, PostgreSQLStore
+from memlane.stores import MongoDBStore, PostgreSQLStore
 
 def make_store():
     if cfg["kind"] == "sqlite":
@@ -52,8 +52,7 @@ if mode == "init":
     say(state="ready")
     step("go")
     store = make_store()  # SQLite creates its schema here
-    if hasattr(store, "initialize_sync"):
-        store.initialize_sync()
+    store.initialize()
     say(state="done", ok=store.load("probe") == [])
 else:
     store = make_store()
@@ -84,10 +83,7 @@ else:
         turn_ids=[t.turn_id for t in turns],
         shared=[e.content for e in store.load("working:default")],
     )
-if hasattr(store, "close_sync"):
-    store.close_sync()
-else:
-    store.close()
+store.close()
 """
 
 
