@@ -154,7 +154,7 @@ class TestHybridLock:
         started = []
 
         def worker(n: int) -> None:
-            with lock.hold():
+            with lock:
                 order.append(n)
 
         threads = []

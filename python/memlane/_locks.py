@@ -11,10 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import weakref
 from collections import deque
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
 
 
 class _Waiter:
@@ -34,17 +31,20 @@ class _Waiter:
 
 
 class HybridLock:
-    """A non-reentrant FIFO lock usable from threads (:meth:`hold`) and tasks (:meth:`async_hold`).
+    """A non-reentrant FIFO lock: ``with lock:`` in threads, ``async with lock:`` in tasks.
 
     Release hands the lock straight to the first waiter, so a stream of new callers cannot
     starve one that is queued.
     """
 
-    __slots__ = ("__weakref__", "_locked", "_mutex", "_owner_loop", "_waiters")
+    __slots__ = ("_mutex", "_owner_loop", "_token", "_waiters")
 
     def __init__(self) -> None:
-        self._mutex = threading.Lock()  # guards the fields below, never held while waiting
-        self._locked = False
+        # Held by the owner. It is freed only when nobody waits (otherwise release hands it
+        # over still held), so an uncontended acquire is one non-blocking try, and a caller
+        # can never take it ahead of a queued waiter.
+        self._token = threading.Lock()
+        self._mutex = threading.Lock()  # guards the queue, never held while waiting
         self._owner_loop: asyncio.AbstractEventLoop | None = None
         self._waiters: deque[_Waiter] = deque()
 
@@ -55,9 +55,11 @@ class HybridLock:
             RuntimeError: Called on an event loop's thread while a task of that loop holds
                 the lock: waiting would stop the loop that must release it.
         """
+        if self._token.acquire(blocking=False):
+            self._owner_loop = None
+            return
         with self._mutex:
-            if not self._locked:
-                self._locked = True
+            if self._token.acquire(blocking=False):  # released while we took the mutex
                 self._owner_loop = None
                 return
             loop = _running_loop()
@@ -76,9 +78,11 @@ class HybridLock:
     async def async_acquire(self) -> None:
         """Waits, without blocking the event loop, until the calling task holds the lock."""
         loop = asyncio.get_running_loop()
+        if self._token.acquire(blocking=False):
+            self._owner_loop = loop
+            return
         with self._mutex:
-            if not self._locked:
-                self._locked = True
+            if self._token.acquire(blocking=False):
                 self._owner_loop = loop
                 return
             waiter = _Waiter(loop=loop, future=loop.create_future())
@@ -98,15 +102,17 @@ class HybridLock:
                 self.release()
             raise
 
-    def release(self) -> None:
+    def release(self, *_exc_info: object) -> None:
         """Releases the lock, handing it to the first waiter if there is one."""
-        with self._mutex:
-            if not self._waiters:
-                self._locked = False
-                self._owner_loop = None
-                return
-            waiter = self._waiters.popleft()
-            self._owner_loop = waiter.loop
+        mutex = self._mutex
+        mutex.acquire()  # not `with`: this runs on every conversation call
+        if not self._waiters:
+            self._token.release()
+            mutex.release()
+            return
+        waiter = self._waiters.popleft()
+        self._owner_loop = waiter.loop
+        mutex.release()
         if waiter.event is not None:
             waiter.event.set()
             return
@@ -123,23 +129,15 @@ class HybridLock:
         else:
             waiter.future.set_result(None)
 
-    @contextmanager
-    def hold(self) -> Iterator[None]:
-        """``with lock.hold():`` for threads."""
-        self.acquire()
-        try:
-            yield
-        finally:
-            self.release()
+    # Aliases rather than wrappers: every conversation call passes through them.
+    __enter__ = acquire
+    __exit__ = release
 
-    @asynccontextmanager
-    async def async_hold(self) -> AsyncIterator[None]:
-        """``async with lock.async_hold():`` for tasks."""
+    async def __aenter__(self) -> None:
         await self.async_acquire()
-        try:
-            yield
-        finally:
-            self.release()
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self.release()
 
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:
@@ -150,15 +148,19 @@ def _running_loop() -> asyncio.AbstractEventLoop | None:
 
 
 class LockTable:
-    """One :class:`HybridLock` per key, kept only while someone holds or awaits it."""
+    """One :class:`HybridLock` per key, created on first use and kept.
+
+    A lock is a few dozen bytes beside the conversation state it guards; keeping it avoids a
+    race in which a dropped lock is recreated while a waiter still queues on the old one.
+    """
 
     def __init__(self) -> None:
         self._guard = threading.Lock()
-        self._locks: weakref.WeakValueDictionary[str, HybridLock] = weakref.WeakValueDictionary()
+        self._locks: dict[str, HybridLock] = {}
 
     def __getitem__(self, key: str) -> HybridLock:
-        with self._guard:
-            lock = self._locks.get(key)
-            if lock is None:
-                lock = self._locks[key] = HybridLock()
-            return lock
+        lock = self._locks.get(key)
+        if lock is None:
+            with self._guard:
+                lock = self._locks.setdefault(key, HybridLock())
+        return lock

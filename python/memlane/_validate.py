@@ -34,6 +34,8 @@ def check_identifier(value: object, name: str) -> str:
         TypeError: Not a ``str``.
         ValueError: Empty, or containing ``\\x00``.
     """
+    if type(value) is str and value and "\x00" not in value:  # the common case, first
+        return value
     check_str(value, name)
     assert isinstance(value, str)
     if not value or "\x00" in value:

@@ -14,6 +14,7 @@ Each public method is a thin wrapper: it validates its arguments, then runs one 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse
@@ -109,12 +110,27 @@ class ConversationMemory(ConversationLogic):
     # ------------------------------------------------------------------ the two runners
 
     def _run(self, cid: str, plan: Plan[T]) -> T:
-        with self._locks[cid].hold():
+        with self._locks[cid]:
             return run_sync(plan, self.store, self.summarizer)
 
     async def _arun(self, cid: str, plan: Plan[T]) -> T:
-        async with self._locks[cid].async_hold():
+        async with self._locks[cid]:
             return await run_async(plan, self.store, self.summarizer)
+
+    def _read(self, cid: str, read: Callable[[ConversationState | None], T]) -> T:
+        with self._locks[cid]:
+            # Reads are the hot path; a state already in hand makes the plan a no-op.
+            state = self._states.get(cid)
+            if state is not None or not self._persistent:
+                return read(state)
+            return run_sync(self._read_plan(cid, read), self.store)
+
+    async def _aread(self, cid: str, read: Callable[[ConversationState | None], T]) -> T:
+        async with self._locks[cid]:
+            state = self._states.get(cid)
+            if state is not None or not self._persistent:
+                return read(state)
+            return await run_async(self._read_plan(cid, read), self.store)
 
     # ------------------------------------------------------------------ starting and adding
 
@@ -211,52 +227,52 @@ class ConversationMemory(ConversationLogic):
         conversation has an empty history.
         """
         cid = _check_cid(conversation_id)
-        return self._run(cid, self._read_plan(cid, _history))
+        return self._read(cid, _history)
 
     async def async_get_message_history(self, conversation_id: str) -> list[ModelMessage]:
         """Async :meth:`get_message_history`."""
         cid = _check_cid(conversation_id)
-        return await self._arun(cid, self._read_plan(cid, _history))
+        return await self._aread(cid, _history)
 
     def get_history_tokens(self, conversation_id: str) -> int:
         """Estimated tokens of :meth:`get_message_history` (summary included)."""
         cid = _check_cid(conversation_id)
-        return self._run(cid, self._read_plan(cid, _tokens))
+        return self._read(cid, _tokens)
 
     async def async_get_history_tokens(self, conversation_id: str) -> int:
         """Async :meth:`get_history_tokens`."""
         cid = _check_cid(conversation_id)
-        return await self._arun(cid, self._read_plan(cid, _tokens))
+        return await self._aread(cid, _tokens)
 
     def get_turns(self, conversation_id: str) -> list[ConversationTurn]:
         """Retained turns (not yet summarised), oldest first."""
         cid = _check_cid(conversation_id)
-        return self._run(cid, self._read_plan(cid, _turns))
+        return self._read(cid, _turns)
 
     async def async_get_turns(self, conversation_id: str) -> list[ConversationTurn]:
         """Async :meth:`get_turns`."""
         cid = _check_cid(conversation_id)
-        return await self._arun(cid, self._read_plan(cid, _turns))
+        return await self._aread(cid, _turns)
 
     def get_total_tokens(self, conversation_id: str) -> int:
         """Sum of the token estimates of the retained turns (the summary excluded)."""
         cid = _check_cid(conversation_id)
-        return self._run(cid, self._read_plan(cid, _total))
+        return self._read(cid, _total)
 
     async def async_get_total_tokens(self, conversation_id: str) -> int:
         """Async :meth:`get_total_tokens`."""
         cid = _check_cid(conversation_id)
-        return await self._arun(cid, self._read_plan(cid, _total))
+        return await self._aread(cid, _total)
 
     def get_summary(self, conversation_id: str) -> str | None:
         """The rolling summary of evicted turns, or ``None``."""
         cid = _check_cid(conversation_id)
-        return self._run(cid, self._read_plan(cid, _summary))
+        return self._read(cid, _summary)
 
     async def async_get_summary(self, conversation_id: str) -> str | None:
         """Async :meth:`get_summary`."""
         cid = _check_cid(conversation_id)
-        return await self._arun(cid, self._read_plan(cid, _summary))
+        return await self._aread(cid, _summary)
 
     @property
     def conversation_ids(self) -> list[str]:

@@ -112,8 +112,10 @@ class ConversationLogic:
         metadata: dict[str, Any] | None,
         tokens: int,
     ) -> Plan[ConversationTurn]:
-        state = yield from self._state_plan(cid, create=True)
-        assert state is not None
+        state = self._states.get(cid)
+        if state is None:  # first use here: load or create it (a generator costs on every turn)
+            state = yield from self._state_plan(cid, create=True)
+            assert state is not None
         at = utc_now()
         turn = new_turn(
             turn_id=state.next_turn_id,
