@@ -22,6 +22,15 @@ T = TypeVar("T")
 S = TypeVar("S")
 
 
+def mkdir_problem(exc: OSError) -> str:
+    """Why ``Path.mkdir(parents=True, exist_ok=True)`` failed, for a message naming the path."""
+    if isinstance(exc, FileExistsError):
+        return f"{exc.filename} exists and is not a directory"
+    if isinstance(exc, NotADirectoryError):
+        return f"a parent of {exc.filename} is not a directory"
+    return f"{exc.strerror}: {exc.filename}"
+
+
 def _named(twin: Callable[..., Any], name: str, doc: str) -> None:
     twin.__name__ = twin.__qualname__ = name
     twin.__doc__ = doc

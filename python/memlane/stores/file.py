@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from memlane.errors import CorruptStoreError, StoreError, StorePathError
-from memlane.stores._base import LocalStore
+from memlane.stores._base import LocalStore, mkdir_problem
 from memlane.stores.protocol import (
     check_entry,
     check_entry_id,
@@ -90,8 +90,9 @@ class FileStore(LocalStore):
         try:
             self.base_dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            reason = "is not a directory" if self.base_dir.exists() else exc.strerror
-            raise StorePathError(f"FileStore {self.base_dir}: {reason}") from exc
+            raise StorePathError(
+                f"FileStore {self.base_dir}: cannot create the directory ({mkdir_problem(exc)})"
+            ) from exc
         self._lock = threading.RLock()
 
     def __repr__(self) -> str:

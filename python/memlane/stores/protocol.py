@@ -180,6 +180,29 @@ def check_entry(entry: object) -> MemoryEntry:
 # ---------------------------------------------------------------------------- the value rule
 
 
+def _is_plain_json(value: Any) -> bool:
+    """Whether ``value`` is plain JSON built from the exact built-in types (the fast check).
+
+    Exact type tests keep every save cheap (a conversation turn is ~60 values); ``False``
+    only sends the value on to :func:`_find_unstorable`, which accepts subclasses too.
+    """
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        kind = type(item)
+        if kind is str or kind is int or item is None or kind is bool:
+            continue
+        if kind is dict:
+            if any(type(k) is not str for k in item):
+                return False
+            stack.extend(item.values())
+        elif kind is list or kind is tuple:
+            stack.extend(item)
+        elif kind is not float or not math.isfinite(item):
+            return False
+    return True
+
+
 def _find_unstorable(value: Any, path: str) -> str | None:
     """Where ``value`` stops being plain JSON (``None`` if it is), e.g. ``content['a'][2]``."""
     if value is None or isinstance(value, bool | str | int):
@@ -220,7 +243,7 @@ def check_storable(entry: MemoryEntry) -> MemoryEntry:
             message names the key and where the offending value is.
     """
     for value, field in ((entry.content, "content"), (entry.metadata, "metadata")):
-        found = _find_unstorable(value, field)
+        found = None if _is_plain_json(value) else _find_unstorable(value, field)
         if found is not None:
             raise _unstorable(entry.key, found)
     return entry
@@ -232,7 +255,7 @@ def dumps_json(value: Any, *, key: str | None, field: str) -> str:
     Raises:
         UnstorableValueError: ``value`` is not plain JSON (see :func:`check_storable`).
     """
-    found = _find_unstorable(value, field)
+    found = None if _is_plain_json(value) else _find_unstorable(value, field)
     if found is not None:
         raise _unstorable(key, found)
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))

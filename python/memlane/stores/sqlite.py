@@ -13,7 +13,7 @@ from types import TracebackType
 
 from memlane import _backend
 from memlane.errors import CorruptStoreError, StoreError, StorePathError
-from memlane.stores._base import LocalStore
+from memlane.stores._base import LocalStore, mkdir_problem
 from memlane.stores.protocol import (
     check_entry,
     check_entry_id,
@@ -27,18 +27,25 @@ from memlane.types import MemoryEntry
 
 __all__ = ["SQLiteStore"]
 
-_UNREADABLE = {11, 26}  # SQLITE_CORRUPT, SQLITE_NOTADB: the file's bytes are not a database
+# SQLITE_CORRUPT and SQLITE_NOTADB: the file's bytes are not a readable database.
+_UNREADABLE_CODES = {11, 26}
+_UNREADABLE_TEXTS = ("database disk image is malformed", "file is not a database")
+
+
+def _unreadable(exc: sqlite3.Error) -> bool:
+    code = getattr(exc, "sqlite_errorcode", None)
+    if isinstance(code, int):
+        # Extended result codes keep the primary code in their low byte.
+        return code & 0xFF in _UNREADABLE_CODES
+    # An error without a code (as a table may raise it): SQLite's own text for those codes.
+    return any(text in str(exc) for text in _UNREADABLE_TEXTS)
 
 
 def sqlite_error(exc: sqlite3.Error, path: str) -> StoreError:
     """The memlane error for a failure of SQLite on the file at ``path``."""
-    code = getattr(exc, "sqlite_errorcode", None)
     name = getattr(exc, "sqlite_errorname", None) or type(exc).__name__
     message = f"SQLite store {path}: {exc} ({name})"
-    # Extended result codes keep the primary code in their low byte.
-    if isinstance(code, int) and code & 0xFF in _UNREADABLE:
-        return CorruptStoreError(message)
-    return StoreError(message)
+    return CorruptStoreError(message) if _unreadable(exc) else StoreError(message)
 
 
 class _SqliteErrors:
@@ -73,7 +80,7 @@ def _make_parent(path: str) -> None:
         target.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise StorePathError(
-            f"SQLite store {path}: cannot create its directory ({exc.strerror}: {exc.filename})"
+            f"SQLite store {path}: cannot create its directory ({mkdir_problem(exc)})"
         ) from exc
 
 
