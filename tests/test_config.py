@@ -1,4 +1,4 @@
-"""MemlaneSettings reads MEMLANE_* variables; MemoryManager.from_config / afrom_config build every backend."""
+"""MemlaneSettings reads MEMLANE_* variables; MemoryManager.from_config / async_from_config build every backend."""
 
 from __future__ import annotations
 
@@ -192,7 +192,7 @@ class TestErrorsNameTheVariable:
     async def test_async_twin_raises_the_same(self, clean_env: pytest.MonkeyPatch) -> None:
         clean_env.setenv("MEMLANE_BACKEND", "mongodb")
         with pytest.raises(ValueError, match="MEMLANE_MONGODB_URL"):
-            await MemoryManager.afrom_config()
+            await MemoryManager.async_from_config()
 
 
 class TestEmbeddedBackends:
@@ -221,7 +221,7 @@ class TestEmbeddedBackends:
         second.store.close()
 
     async def test_async_in_memory(self) -> None:
-        manager = await MemoryManager.afrom_config()
+        manager = await MemoryManager.async_from_config()
         assert isinstance(manager.store, InMemoryStore)
 
 
@@ -283,7 +283,7 @@ class TestDatabaseBackends:
         clean_env.setenv("MEMLANE_BACKEND", "postgres")
         clean_env.setenv("MEMLANE_POSTGRES_URL", postgres_server.url)
         clean_env.setenv("MEMLANE_POSTGRES_SCHEMA", schema)
-        manager = await MemoryManager.afrom_config()
+        manager = await MemoryManager.async_from_config()
         try:
             assert await schema_tables(postgres_server.url, schema) == ["memory_entries"]
             cid = await manager.conversation.async_new_conversation()
@@ -306,7 +306,9 @@ class TestDatabaseBackends:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", IndexFallbackWarning)
             manager = (
-                await MemoryManager.afrom_config() if use_async else MemoryManager.from_config()
+                await MemoryManager.async_from_config()
+                if use_async
+                else MemoryManager.from_config()
             )
         try:
             assert isinstance(manager.store, MongoDBStore)

@@ -1,8 +1,9 @@
 """Pure-Python twins of the Rust store tables.
 
 These work on primitives (ids, keys, expiry as Unix seconds, JSON text) so that the Rust and
-Python versions can be compared call for call; :mod:`memlane.store` turns rows into
-:class:`~memlane.types.MemoryEntry` objects once, for both.
+Python versions can be compared call for call; :mod:`memlane.stores` turns rows into
+:class:`~memlane.types.MemoryEntry` objects once, for both, and maps the ``sqlite3``
+exceptions both raise to memlane errors once (:mod:`memlane.stores.sqlite`).
 
 Shared semantics (the Rust tables follow them exactly):
 

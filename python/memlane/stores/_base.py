@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Coroutine
+from pathlib import Path
 from types import TracebackType
 from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
 
-from memlane.errors import StoreClosedError
+from memlane.errors import StoreClosedError, StorePathError
 from memlane.stores.protocol import SyncMemoryStore
 
 P = ParamSpec("P")
@@ -22,13 +23,20 @@ T = TypeVar("T")
 S = TypeVar("S")
 
 
-def mkdir_problem(exc: OSError) -> str:
-    """Why ``Path.mkdir(parents=True, exist_ok=True)`` failed, for a message naming the path."""
-    if isinstance(exc, FileExistsError):
-        return f"{exc.filename} exists and is not a directory"
-    if isinstance(exc, NotADirectoryError):
-        return f"a parent of {exc.filename} is not a directory"
-    return f"{exc.strerror}: {exc.filename}"
+def ensure_directory(directory: Path, owner: str) -> None:
+    """Creates ``directory`` and its parents, or says in a memlane error why it cannot.
+
+    Raises:
+        StorePathError: A component exists and is not a directory, or the OS refused.
+    """
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except FileExistsError as exc:
+        raise StorePathError(f"{owner}: {exc.filename} exists and is not a directory") from exc
+    except NotADirectoryError as exc:
+        raise StorePathError(f"{owner}: a parent of {exc.filename} is not a directory") from exc
+    except OSError as exc:
+        raise StorePathError(f"{owner}: cannot create {directory}: {exc.strerror}") from exc
 
 
 def _named(twin: Callable[..., Any], name: str, doc: str) -> None:

@@ -10,8 +10,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from memlane.errors import CorruptStoreError, StoreError, StorePathError
-from memlane.stores._base import LocalStore, mkdir_problem
+from memlane.errors import CorruptStoreError, StoreError
+from memlane.stores._base import LocalStore, ensure_directory
 from memlane.stores.protocol import (
     check_entry,
     check_entry_id,
@@ -87,12 +87,7 @@ class FileStore(LocalStore):
 
     def __init__(self, base_dir: str | os.PathLike[str] = ".memlane") -> None:
         self.base_dir = Path(base_dir)
-        try:
-            self.base_dir.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise StorePathError(
-                f"FileStore {self.base_dir}: cannot create the directory ({mkdir_problem(exc)})"
-            ) from exc
+        ensure_directory(self.base_dir, f"FileStore {self.base_dir}")
         self._lock = threading.RLock()
 
     def __repr__(self) -> str:

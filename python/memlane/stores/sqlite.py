@@ -13,7 +13,7 @@ from types import TracebackType
 
 from memlane import _backend
 from memlane.errors import CorruptStoreError, StoreError, StorePathError
-from memlane.stores._base import LocalStore, mkdir_problem
+from memlane.stores._base import LocalStore, ensure_directory
 from memlane.stores.protocol import (
     check_entry,
     check_entry_id,
@@ -76,12 +76,7 @@ def _make_parent(path: str) -> None:
     target = Path(path)
     if target.is_dir():
         raise StorePathError(f"SQLite store {path}: is a directory, not a database file")
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise StorePathError(
-            f"SQLite store {path}: cannot create its directory ({mkdir_problem(exc)})"
-        ) from exc
+    ensure_directory(target.parent, f"SQLite store {path}")
 
 
 class SQLiteStore(LocalStore):
