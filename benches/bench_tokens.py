@@ -2,7 +2,7 @@
 
 Contenders, all counting the same text with the same o200k_base ranks, offline:
 
-* memlane (Rust): ``memlane._core.TokenEstimator().estimate``.
+* memlane (Rust): ``memlane.TokenEstimator().estimate`` counting with the Rust engine.
 * tiktoken: ``tiktoken.Encoding`` built from memlane's bundled rank file and pattern,
   ``len(encode_ordinary(text))``.
 * bpe-openai: GitHub's linear-time BPE (``bpe-openai`` crate) through the package's native
@@ -21,6 +21,7 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from benches import corpus as corpus_mod
 from benches.harness import (
@@ -34,6 +35,7 @@ from benches.harness import (
     fmt_time,
     interleave,
     judge,
+    memlane_backend,
     perf_report,
     require_rust,
 )
@@ -60,13 +62,22 @@ def tiktoken_encoding() -> object:
     )
 
 
+def rust_estimator() -> Any:
+    """The public ``TokenEstimator`` counting with the Rust engine, or :class:`Unavailable`."""
+    from memlane.tokens import TokenEstimator
+
+    require_rust("Encoder")
+    with memlane_backend(rust=True):
+        return TokenEstimator(encoding_name=NAME)
+
+
 def counters() -> dict[str, Callable[[str], int] | str]:
     """Each contender's ``count(text) -> int``, or the reason it is unavailable."""
-    from memlane._pure import tokens as pure
+    from memlane.tokens import PyTokenEstimator
 
     out: dict[str, Callable[[str], int] | str] = {}
     try:
-        out[RUST] = require_rust("TokenEstimator").TokenEstimator(encoding_name=NAME).estimate
+        out[RUST] = rust_estimator().estimate
     except Unavailable as exc:
         out[RUST] = str(exc)
     try:
@@ -87,7 +98,7 @@ def counters() -> dict[str, Callable[[str], int] | str]:
         out[BPE] = _bindings.tokenizer_for_encoding(NAME).count
     except ImportError:
         out[BPE] = "bpe-openai is not installed (pip install -r benches/requirements.txt)"
-    out[PY] = pure.TokenEstimator(encoding_name=NAME).estimate
+    out[PY] = PyTokenEstimator(encoding_name=NAME).estimate
     return out
 
 
@@ -362,13 +373,13 @@ spec = importlib.util.spec_from_file_location("memlane._core", sys.argv[1])
 core = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(core)
 msgs = json.load(open(sys.argv[2], encoding="utf-8"))
-est = core.TokenEstimator()
+est = core.Encoder.exact("o200k_base")
 for _ in range(6):
-    est.estimate_many(msgs)
+    est.count_many(msgs)
 print("ready", flush=True)
 for _ in sys.stdin:
     start = time.perf_counter()
-    est.estimate_many(msgs)
+    est.count_many(msgs)
     print(time.perf_counter() - start, flush=True)
 """
 
@@ -436,7 +447,7 @@ def _batch(
     cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
 
     def rust() -> object:
-        return require_rust("TokenEstimator").TokenEstimator(encoding_name=NAME)
+        return rust_estimator()
 
     def loop_rep(_: int) -> float:
         est = rust().estimate  # type: ignore[attr-defined]
@@ -556,7 +567,7 @@ spec = importlib.util.spec_from_file_location("memlane._core", sys.argv[1])
 core = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(core)
 msgs = json.load(open(sys.argv[2], encoding="utf-8"))
-est = core.TokenEstimator().estimate
+est = core.Encoder.exact("o200k_base").count
 for _ in range(int(sys.argv[3])):
     for m in msgs:
         est(m)
@@ -644,15 +655,15 @@ spec = importlib.util.spec_from_file_location("memlane._core", sys.argv[1])
 core = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(core)
 msgs = json.load(open(sys.argv[2], encoding="utf-8"))
-est = core.TokenEstimator()
+est = core.Encoder.exact("o200k_base")
 times = []
 for _ in range(int(sys.argv[3])):
     start = time.perf_counter()
-    est.estimate_many(msgs)
+    est.count_many(msgs)
     times.append(time.perf_counter() - start)
 start = time.perf_counter()
 for m in msgs:
-    est.estimate(m)
+    est.count(m)
 print(json.dumps({"many": times, "loop": time.perf_counter() - start}))
 """
 

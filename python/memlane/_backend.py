@@ -22,6 +22,7 @@ from typing import Literal, cast
 
 from memlane._pure import budget as _pure_budget
 from memlane._pure import store as _pure_store
+from memlane._pure import tokens as _pure_tokens
 
 logger = logging.getLogger("memlane")
 
@@ -35,6 +36,7 @@ class Implementation:
     """The classes of one implementation; the twin's are the reference types."""
 
     name: BackendName
+    Encoder: type[_pure_tokens.Encoder]
     BudgetLedger: type[_pure_budget.BudgetLedger]
     MemoryTable: type[_pure_store.MemoryTable]
     SqliteTable: type[_pure_store.SqliteTable]
@@ -42,6 +44,7 @@ class Implementation:
 
 PYTHON = Implementation(
     name="python",
+    Encoder=_pure_tokens.Encoder,
     BudgetLedger=_pure_budget.BudgetLedger,
     MemoryTable=_pure_store.MemoryTable,
     SqliteTable=_pure_store.SqliteTable,
@@ -63,6 +66,7 @@ def _rust(module: ModuleType) -> Implementation:
     # the casts let the type checker read them as the twin.
     return Implementation(
         name="rust",
+        Encoder=cast("type[_pure_tokens.Encoder]", module.Encoder),
         BudgetLedger=cast("type[_pure_budget.BudgetLedger]", module.BudgetLedger),
         MemoryTable=cast("type[_pure_store.MemoryTable]", module.MemoryTable),
         SqliteTable=cast("type[_pure_store.SqliteTable]", module.SqliteTable),

@@ -1,53 +1,44 @@
 """Type stubs for memlane's Rust extension. Import the public names from ``memlane``."""
 
-from collections.abc import Iterable
+from collections.abc import Sequence
 from os import PathLike
-from typing import Any, Literal, TypeAlias, final
+from typing import Any, Self, TypeAlias, final
+
+__all__ = ["BudgetLedger", "Encoder", "MemoryTable", "SqliteTable", "__version__"]
 
 __version__: str
 
-class TokenEstimator:
-    """Counts tokens exactly (BPE, rank files compiled in) or by the whitespace-word heuristic.
+@final
+class Encoder:
+    """Counts tokens with one BPE encoding (rank files compiled in), or by the word heuristic.
 
-    Args:
-        encoding_name: ``"o200k_base"`` (default) or ``"cl100k_base"``.
-        tokens_per_word: Tokens per whitespace-separated word in heuristic mode.
-        mode: ``"exact"`` for real BPE counts, ``"heuristic"`` for words × tokens_per_word.
-
-    Raises:
-        ValueError: An unknown encoding or mode, or a non-positive ``tokens_per_word``.
+    The engine behind :class:`memlane.tokens.TokenEstimator`, which validates arguments and
+    repairs lone surrogates first; twin of :class:`memlane._pure.tokens.Encoder`. Built only
+    through :meth:`exact` and :meth:`heuristic`.
     """
 
-    def __init__(
-        self,
-        *,
-        encoding_name: str = "o200k_base",
-        tokens_per_word: float = 1.33,
-        mode: Literal["exact", "heuristic"] | str = "exact",
-    ) -> None: ...
-    @property
-    def encoding_name(self) -> str:
-        """Name of the BPE encoding used in exact mode."""
-    @property
-    def tokens_per_word(self) -> float:
-        """Tokens per whitespace-separated word in heuristic mode."""
-    @property
-    def mode(self) -> str:
-        """``"exact"`` or ``"heuristic"``."""
-    def estimate(self, text: str) -> int:
+    @staticmethod
+    def exact(encoding_name: str) -> Encoder:
+        """Exact BPE counts with ``encoding_name`` (``"o200k_base"`` or ``"cl100k_base"``).
+
+        Raises:
+            ValueError: An unknown encoding.
+        """
+    @staticmethod
+    def heuristic(tokens_per_word: float) -> Encoder:
+        """Whitespace-separated words times ``tokens_per_word``, at least 1 for non-empty text."""
+    def count(self, text: str) -> int:
         """Number of tokens in ``text``; the GIL is released for long texts.
 
         Raises:
-            TypeError: ``text`` is not a ``str``.
+            UnicodeEncodeError: ``text`` holds a lone surrogate (it cannot be UTF-8).
         """
-    def estimate_many(self, texts: Iterable[str]) -> list[int]:
-        """Token counts of a batch, in input order, counted on all cores without the GIL.
+    def count_many(self, texts: Sequence[str]) -> list[int]:
+        """Token counts of a batch, in order, counted on all cores without the GIL.
 
         Raises:
-            TypeError: ``texts`` is a ``str`` or not iterable, or an item is not a ``str``.
+            UnicodeEncodeError: A text holds a lone surrogate.
         """
-    def fits(self, text: str, max_tokens: int) -> bool:
-        """Whether ``text`` fits in ``max_tokens`` tokens."""
 
 @final
 class BudgetLedger:
@@ -62,13 +53,14 @@ class BudgetLedger:
     Args:
         max_tokens: The budget (> 0).
 
+    Arguments are typed: an ``int`` outside ``0..2**64`` raises ``OverflowError`` and any other
+    type ``TypeError`` (the conversation code only passes valid counts).
+
     Raises:
-        TypeError: ``max_tokens`` is not an ``int``.
-        ValueError: ``max_tokens`` is not > 0.
-        OverflowError: ``max_tokens`` is 2**64 or more.
+        ValueError: ``max_tokens`` is 0.
     """
 
-    def __init__(self, max_tokens: int) -> None: ...
+    def __new__(cls, max_tokens: int) -> Self: ...
     @property
     def max_tokens(self) -> int:
         """The budget."""
@@ -97,11 +89,6 @@ class BudgetLedger:
 
         Args:
             tokens: The turn's token count.
-
-        Raises:
-            TypeError: ``tokens`` is not an ``int``.
-            ValueError: ``tokens`` is negative.
-            OverflowError: ``tokens`` is 2**64 or more.
         """
     def pop_front(self, n: int) -> int:
         """Evicts the ``n`` oldest turns.
@@ -113,8 +100,7 @@ class BudgetLedger:
             The tokens the evicted turns held.
 
         Raises:
-            TypeError: ``n`` is not an ``int``.
-            ValueError: ``n`` is negative or more than the retained turns.
+            ValueError: ``n`` is more than the retained turns.
         """
     def set_summary_tokens(self, tokens: int) -> bool:
         """Reserves room for a summary; the window shrinks or grows to fit what is left.
@@ -127,10 +113,6 @@ class BudgetLedger:
 
         Returns:
             Whether the summary is included.
-
-        Raises:
-            TypeError: ``tokens`` is not an ``int``.
-            ValueError: ``tokens`` is negative.
         """
 
 @final
@@ -143,10 +125,11 @@ class MemoryTable:
     unique within a namespace (saving it evicts its holder); expired entries are never
     returned but hold their key until removed.
 
-    Namespaces, entry ids and keys must be ``str``; any other type raises ``TypeError``.
+    Namespaces, entry ids and keys must be ``str`` (lone surrogates included: each string is
+    its own key, as in a dict); any other type raises ``TypeError``.
     """
 
-    def __init__(self) -> None: ...
+    def __new__(cls) -> Self: ...
     def save(
         self,
         namespace: str,
@@ -202,9 +185,11 @@ class SqliteTable:
 
     The schema and SQL are those of :class:`memlane._pure.store.SqliteTable`, so either opens a
     file the other wrote. The GIL is released around every SQLite call, so threads overlap.
-    Parameters are bound as Python's ``sqlite3`` binds them and failures raise the same
-    ``sqlite3`` exceptions (for example ``sqlite3.IntegrityError`` for an importance outside
-    [0, 1]).
+    Failures raise the twin's exceptions with SQLite's message: ``sqlite3.IntegrityError`` for
+    a constraint (an importance outside [0, 1]), ``sqlite3.DatabaseError`` for a corrupt file
+    or a stored value of the wrong type, ``sqlite3.OperationalError`` for anything else SQLite
+    refuses. A ``str`` holding a lone surrogate raises ``UnicodeEncodeError``, as ``sqlite3``
+    does.
 
     A row is ``(entry_id, scope, key, content, metadata, created_at, expires_at,
     importance)``: ``content`` and ``metadata`` are JSON text, ``created_at`` ISO text,
@@ -215,11 +200,12 @@ class SqliteTable:
             ``":memory:"`` keeps the database in memory.
 
     Raises:
-        OSError: A parent directory cannot be created.
+        OSError: A parent directory cannot be created (the errno's subclass, with the
+            directory as ``filename``, as ``Path.mkdir`` raises it).
         sqlite3.OperationalError: The file cannot be opened as a database.
     """
 
-    def __init__(self, path: str | PathLike[str]) -> None: ...
+    def __new__(cls, path: str | PathLike[str]) -> Self: ...
     def save(self, namespace: str, row: _Row) -> None:
         """Upserts one row atomically (same rules as :class:`MemoryTable`).
 
@@ -227,7 +213,7 @@ class SqliteTable:
             ValueError: The table is closed.
             sqlite3.Error: SQLite refused the row.
         """
-    def save_many(self, namespace: str, rows: Iterable[_Row]) -> None:
+    def save_many(self, namespace: str, rows: Sequence[_Row]) -> None:
         """Upserts rows in one ``BEGIN IMMEDIATE`` transaction: all of them or none.
 
         Raises:

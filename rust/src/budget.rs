@@ -6,8 +6,7 @@
 
 use std::collections::VecDeque;
 
-/// Why a ledger operation was refused; `Display` is the twin's `ValueError` message without
-/// the offending value's repr, which only the caller can render.
+/// Why a ledger operation was refused (the twin raises `ValueError` for the same cases).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BudgetError {
     /// `max_tokens` was 0.
@@ -157,10 +156,9 @@ impl BudgetLedger {
     ///
     /// A summary larger than the whole budget is left out (reserving nothing) rather than
     /// pushing the history over the budget. The window shrinks or grows to fit what is left.
-    /// `None` stands for a count too large for `u64`, which is always left out.
-    pub fn set_summary_tokens(&mut self, tokens: Option<u64>) -> bool {
-        let included = tokens.is_some_and(|t| t <= self.max_tokens);
-        self.reserved = if included { tokens.unwrap_or(0) } else { 0 };
+    pub fn set_summary_tokens(&mut self, tokens: u64) -> bool {
+        let included = tokens <= self.max_tokens;
+        self.reserved = if included { tokens } else { 0 };
         self.shrink();
         self.grow();
         included
@@ -221,22 +219,26 @@ mod tests {
     fn summary_reserves_and_oversized_summary_is_left_out() {
         let mut ledger = BudgetLedger::new(10).unwrap();
         let retained = [2, 3, 4];
-        retained.iter().for_each(|&c| ledger.push(c));
-        assert!(ledger.set_summary_tokens(Some(4)));
+        for &c in &retained {
+            ledger.push(c);
+        }
+        assert!(ledger.set_summary_tokens(4));
         assert_eq!(ledger.reserved(), 4);
         check(&ledger, &retained);
-        assert!(!ledger.set_summary_tokens(Some(11)));
+        assert!(!ledger.set_summary_tokens(11));
         assert_eq!(ledger.reserved(), 0);
         check(&ledger, &retained);
-        assert!(!ledger.set_summary_tokens(None));
-        assert!(ledger.set_summary_tokens(Some(10)));
+        assert!(!ledger.set_summary_tokens(u64::MAX));
+        assert!(ledger.set_summary_tokens(10));
         assert_eq!((ledger.window_tokens(), ledger.window_start()), (0, 3));
     }
 
     #[test]
     fn eviction_advances_offset_and_returns_freed_tokens() {
         let mut ledger = BudgetLedger::new(5).unwrap();
-        [4, 1, 2, 3].iter().for_each(|&c| ledger.push(c));
+        for c in [4, 1, 2, 3] {
+            ledger.push(c);
+        }
         assert_eq!(ledger.window_start(), 2);
         assert_eq!(ledger.pop_front(3).unwrap(), 7);
         assert_eq!(
@@ -304,7 +306,7 @@ mod tests {
                     }
                     _ => {
                         let s = next(25);
-                        assert_eq!(ledger.set_summary_tokens(Some(s)), s <= ledger.max_tokens());
+                        assert_eq!(ledger.set_summary_tokens(s), s <= ledger.max_tokens());
                     }
                 }
                 check(&ledger, &retained);

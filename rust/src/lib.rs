@@ -1,5 +1,5 @@
 //! memlane's Rust core: exact token counting, the conversation budget ledger and the
-//! embedded memory stores. Plain Rust modules; the PyO3 glue lives only in `py.rs`
+//! embedded memory stores. Plain Rust modules; the PyO3 glue lives only in `py/`
 //! (behind the `python` feature) so `cargo test` runs without an interpreter.
 
 pub mod budget;

@@ -1,4 +1,6 @@
-"""Pure-Python twin of the Rust token counter: the same BPE over the same bundled rank files.
+"""Pure-Python twin of the Rust token counter (``memlane._core.Encoder``): the same BPE over
+the same bundled rank files. :class:`memlane.tokens.TokenEstimator` validates its arguments and
+delegates the counting to one of the two.
 
 The byte-pair merge follows tiktoken exactly — repeatedly merge the adjacent pair with the
 lowest rank, leftmost first — so counts agree with the Rust path for every input. Long
@@ -9,9 +11,9 @@ what keeps a megabyte without whitespace in bounded time.
 from __future__ import annotations
 
 import base64
+import contextlib
 import heapq
 import threading
-from collections.abc import Iterable
 from importlib import resources
 from typing import Final
 
@@ -20,7 +22,7 @@ import regex
 from memlane._pure.unicode_classes import CLASSES
 
 ENCODING_NAMES: Final = ("cl100k_base", "o200k_base")
-MODES: Final = ("exact", "heuristic")
+"""The bundled encodings, sorted (both implementations count with exactly these)."""
 
 # OpenAI's original split patterns (what tiktoken runs); the twin runs `_TWIN_PATTERNS`.
 _PATTERNS: Final = {
@@ -39,7 +41,6 @@ _PATTERNS: Final = {
         ]
     ),
 }
-
 
 
 def _ranges(*names: str) -> str:
@@ -148,17 +149,6 @@ def _merge_large(ranks: dict[bytes, int], piece: bytes) -> int:
     return count
 
 
-def _clean(text: str) -> str:
-    """Replaces lone surrogates like tiktoken does: UTF-16 round trip, lone halves to U+FFFD."""
-    if text.isascii():
-        return text
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
-    return text
-
-
 class _Bpe:
     """One encoding's ranks, pattern and a bounded cache of piece counts."""
 
@@ -167,10 +157,8 @@ class _Bpe:
         # Most pieces are whole tokens; looking them up as str skips encoding them.
         self.text_ranks: set[str] = set()
         for token in self.ranks:
-            try:
+            with contextlib.suppress(UnicodeDecodeError):  # a partial UTF-8 sequence
                 self.text_ranks.add(token.decode("utf-8"))
-            except UnicodeDecodeError:
-                pass
         self.pattern = regex.compile(_TWIN_PATTERNS[encoding_name])
         self.cache: dict[str, int] = {}
 
@@ -214,123 +202,44 @@ def get_bpe(encoding_name: str) -> _Bpe:
     return bpe
 
 
-def _is_positive_finite(value: object) -> bool:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return False
-    try:
-        return 0 < float(value) < float("inf")
-    except OverflowError:  # an int too large for a float
-        return False
+class Encoder:
+    """Counts tokens with one BPE encoding, or by the whitespace-word heuristic.
 
-
-def _check_text(text: object, what: str) -> str:
-    if not isinstance(text, str):
-        raise TypeError(f"{what} must be str, not {type(text).__name__}")
-    return text
-
-
-class TokenEstimator:
-    """Counts tokens exactly (BPE) or by the whitespace-word heuristic.
-
-    Args:
-        encoding_name: ``"o200k_base"`` (default) or ``"cl100k_base"``.
-        tokens_per_word: Tokens per whitespace-separated word in heuristic mode.
-        mode: ``"exact"`` for real BPE counts, ``"heuristic"`` for words × tokens_per_word.
-
-    Raises:
-        ValueError: An unknown encoding or mode, or a non-positive ``tokens_per_word``.
+    Twin of ``memlane._core.Encoder``. Arguments are trusted: the public
+    :class:`~memlane.tokens.TokenEstimator` validates them first, and repairs a text with a
+    lone surrogate (which cannot be UTF-8) when counting it raises ``UnicodeEncodeError``.
     """
 
-    __slots__ = ("_bpe", "_encoding_name", "_mode", "_tokens_per_word")
+    __slots__ = ("_bpe", "_encoding_name", "_tokens_per_word")
 
-    def __init__(
-        self,
-        *,
-        encoding_name: str = "o200k_base",
-        tokens_per_word: float = 1.33,
-        mode: str = "exact",
-    ) -> None:
-        if not isinstance(encoding_name, str) or encoding_name not in ENCODING_NAMES:
-            valid = ", ".join(repr(n) for n in ENCODING_NAMES)
-            raise ValueError(f"unknown encoding_name {encoding_name!r}; valid: {valid}")
-        if not _is_positive_finite(tokens_per_word):
-            raise ValueError(
-                f"tokens_per_word must be a finite number > 0, got {tokens_per_word!r}"
-            )
-        if not isinstance(mode, str) or mode not in MODES:
-            raise ValueError(f"unknown mode {mode!r}; valid: 'exact', 'heuristic'")
+    def __init__(self, encoding_name: str | None, tokens_per_word: float) -> None:
         self._encoding_name = encoding_name
-        self._tokens_per_word = float(tokens_per_word)
-        self._mode = mode
+        self._tokens_per_word = tokens_per_word
         self._bpe: _Bpe | None = None
 
-    @property
-    def encoding_name(self) -> str:
-        """Name of the BPE encoding used in exact mode."""
-        return self._encoding_name
+    @classmethod
+    def exact(cls, encoding_name: str) -> Encoder:
+        """Exact BPE counts with the named encoding (its ranks load on the first count)."""
+        if encoding_name not in ENCODING_NAMES:
+            raise ValueError(f"unknown encoding {encoding_name!r}")
+        return cls(encoding_name, 0.0)
 
-    @property
-    def tokens_per_word(self) -> float:
-        """Tokens per whitespace-separated word in heuristic mode."""
-        return self._tokens_per_word
+    @classmethod
+    def heuristic(cls, tokens_per_word: float) -> Encoder:
+        """Whitespace-separated words times ``tokens_per_word``, at least 1 for non-empty text."""
+        return cls(None, tokens_per_word)
 
-    @property
-    def mode(self) -> str:
-        """``"exact"`` or ``"heuristic"``."""
-        return self._mode
-
-    def _count(self, text: str) -> int:
+    def count(self, text: str) -> int:
+        """Number of tokens in ``text``."""
         if not text:
             return 0
-        if self._mode == "heuristic":
+        if self._encoding_name is None:
             return max(1, int(len(text.split()) * self._tokens_per_word))
         bpe = self._bpe
         if bpe is None:
             bpe = self._bpe = get_bpe(self._encoding_name)
-        return bpe.count(_clean(text))
+        return bpe.count(text)
 
-    def estimate(self, text: str) -> int:
-        """Number of tokens in ``text``.
-
-        Raises:
-            TypeError: ``text`` is not a ``str``.
-        """
-        return self._count(_check_text(text, "text"))
-
-    def estimate_many(self, texts: Iterable[str]) -> list[int]:
-        """Token counts of a batch, in input order.
-
-        Raises:
-            TypeError: ``texts`` is a ``str`` or not iterable, or an item is not a ``str``.
-        """
-        if isinstance(texts, str):
-            raise TypeError("texts must be an iterable of str, not str")
-        try:
-            items = list(texts)
-        except TypeError:
-            raise TypeError(
-                f"texts must be an iterable of str, not {type(texts).__name__}"
-            ) from None
-        checked = [_check_text(t, f"texts[{i}]") for i, t in enumerate(items)]
-        return [self._count(t) for t in checked]
-
-    def fits(self, text: str, max_tokens: int) -> bool:
-        """Whether ``text`` fits in ``max_tokens`` tokens.
-
-        Raises:
-            TypeError: ``text`` is not a ``str`` or ``max_tokens`` is not an ``int``.
-        """
-        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int):
-            raise TypeError(f"max_tokens must be int, not {type(max_tokens).__name__}")
-        return self.estimate(text) <= max_tokens
-
-    def __repr__(self) -> str:
-        return (
-            f"TokenEstimator(encoding_name={self._encoding_name!r}, "
-            f"tokens_per_word={self._tokens_per_word!r}, mode={self._mode!r})"
-        )
-
-    def __reduce__(self) -> tuple[object, tuple[str, float, str]]:
-        from memlane.tokens import _rebuild_estimator
-
-        return (_rebuild_estimator, (self._encoding_name, self._tokens_per_word, self._mode))
+    def count_many(self, texts: list[str]) -> list[int]:
+        """Token counts of a batch, in order."""
+        return [self.count(text) for text in texts]

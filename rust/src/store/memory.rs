@@ -178,7 +178,7 @@ impl<T, K: Hash + Eq + Clone> MemoryTable<T, K> {
                         ns.keys.remove(old);
                     }
                 }
-                slot.key = key.clone();
+                slot.key.clone_from(&key);
                 slot.expires_at = expires_at;
                 displaced.push(std::mem::replace(&mut slot.payload, payload));
                 seq

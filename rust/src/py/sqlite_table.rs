@@ -1,0 +1,204 @@
+//! `SqliteTable`: the SQLite store, one connection behind a mutex, the GIL released around
+//! every SQLite call.
+
+use std::path::PathBuf;
+use std::sync::Mutex;
+
+use pyo3::exceptions::{PyOSError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyTuple;
+use pyo3::Borrowed;
+
+use super::guard;
+use crate::store::sqlite::{self, Row};
+
+pyo3::import_exception!(sqlite3, DatabaseError);
+pyo3::import_exception!(sqlite3, IntegrityError);
+pyo3::import_exception!(sqlite3, OperationalError);
+
+/// The exception the twin raises for the same failure, with SQLite's message: constraint
+/// violations are `sqlite3.IntegrityError`, corrupt files and values of the wrong type
+/// `sqlite3.DatabaseError`, anything else SQLite refuses (locked, unable to open, I/O, ...)
+/// `sqlite3.OperationalError`. A directory that cannot be created is `OSError(errno,
+/// strerror, directory)`, which Python turns into the errno's subclass (`FileExistsError`,
+/// `PermissionError`, ...) as `Path.mkdir` does. Mapping them to memlane's errors is the
+/// Python store's job, once for both implementations.
+fn sqlite_error(e: sqlite::Error) -> PyErr {
+    use rusqlite::ErrorCode;
+    match e {
+        sqlite::Error::Io { directory, source } => match source.raw_os_error() {
+            Some(errno) => {
+                let message = source.to_string();
+                let strerror = message
+                    .strip_suffix(&format!(" (os error {errno})"))
+                    .unwrap_or(&message)
+                    .to_owned();
+                PyOSError::new_err((errno, strerror, directory.into_os_string()))
+            }
+            None => source.into(),
+        },
+        sqlite::Error::Sqlite(rusqlite::Error::SqliteFailure(failure, message)) => {
+            let message = message.unwrap_or_else(|| failure.to_string());
+            match failure.code {
+                ErrorCode::ConstraintViolation => IntegrityError::new_err(message),
+                ErrorCode::DatabaseCorrupt | ErrorCode::NotADatabase => {
+                    DatabaseError::new_err(message)
+                }
+                _ => OperationalError::new_err(message),
+            }
+        }
+        sqlite::Error::Sqlite(other) => DatabaseError::new_err(other.to_string()),
+    }
+}
+
+/// A row as `(entry_id, scope, key, content, metadata, created_at, expires_at, importance)`.
+///
+/// Extracted by hand rather than derived: the derive turns a field's error into a
+/// `TypeError`, while a `str` with a lone surrogate must raise `UnicodeEncodeError`, as the
+/// twin's `sqlite3` does.
+impl<'a, 'py> FromPyObject<'a, 'py> for Row {
+    type Error = PyErr;
+
+    fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
+        let (entry_id, scope, key, content, metadata, created_at, expires_at, importance) =
+            obj.extract()?;
+        Ok(Self {
+            entry_id,
+            scope,
+            key,
+            content,
+            metadata,
+            created_at,
+            expires_at,
+            importance,
+        })
+    }
+}
+
+impl<'py> IntoPyObject<'py> for Row {
+    type Target = PyTuple;
+    type Output = Bound<'py, PyTuple>;
+    type Error = PyErr;
+
+    fn into_pyobject(self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        (
+            self.entry_id,
+            self.scope,
+            self.key,
+            self.content,
+            self.metadata,
+            self.created_at,
+            self.expires_at,
+            self.importance,
+        )
+            .into_pyobject(py)
+    }
+}
+
+/// Why a call failed, carried out of the GIL-free section.
+enum Failure {
+    Closed,
+    Poisoned(PyErr),
+    Sql(sqlite::Error),
+}
+
+impl From<sqlite::Error> for Failure {
+    fn from(e: sqlite::Error) -> Self {
+        Self::Sql(e)
+    }
+}
+
+impl From<Failure> for PyErr {
+    fn from(f: Failure) -> Self {
+        match f {
+            Failure::Closed => PyValueError::new_err("SqliteTable is closed"),
+            Failure::Poisoned(e) => e,
+            Failure::Sql(e) => sqlite_error(e),
+        }
+    }
+}
+
+/// The SQLite store: one connection, every call one transaction.
+#[pyclass(frozen, module = "memlane._core")]
+pub struct SqliteTable {
+    table: Mutex<Option<sqlite::SqliteTable>>,
+}
+
+impl SqliteTable {
+    /// Runs `op` on the open table with the GIL released, so that threads overlap.
+    fn run<R: Send>(
+        &self,
+        py: Python<'_>,
+        op: impl FnOnce(&sqlite::SqliteTable) -> Result<R, sqlite::Error> + Send,
+    ) -> PyResult<R> {
+        Ok(py.detach(|| {
+            let table = guard(self.table.lock(), "SqliteTable").map_err(Failure::Poisoned)?;
+            Ok::<_, Failure>(op(table.as_ref().ok_or(Failure::Closed)?)?)
+        })?)
+    }
+}
+
+#[pymethods]
+impl SqliteTable {
+    #[new]
+    fn new(py: Python<'_>, path: PathBuf) -> PyResult<Self> {
+        let table = py
+            .detach(|| sqlite::SqliteTable::open(&path))
+            .map_err(sqlite_error)?;
+        Ok(Self {
+            table: Mutex::new(Some(table)),
+        })
+    }
+
+    fn save(&self, py: Python<'_>, namespace: &str, row: Row) -> PyResult<()> {
+        self.run(py, |table| table.save(namespace, &row))
+    }
+
+    fn save_many(&self, py: Python<'_>, namespace: &str, rows: Vec<Row>) -> PyResult<()> {
+        self.run(py, |table| table.save_many(namespace, &rows))
+    }
+
+    fn load(&self, py: Python<'_>, namespace: &str, now: f64) -> PyResult<Vec<Row>> {
+        self.run(py, |table| table.load(namespace, now))
+    }
+
+    fn load_by_key(
+        &self,
+        py: Python<'_>,
+        namespace: &str,
+        key: &str,
+        now: f64,
+    ) -> PyResult<Option<Row>> {
+        self.run(py, |table| table.load_by_key(namespace, key, now))
+    }
+
+    fn delete(&self, py: Python<'_>, namespace: &str, entry_id: &str) -> PyResult<bool> {
+        self.run(py, |table| table.delete(namespace, entry_id))
+    }
+
+    fn clear(&self, py: Python<'_>, namespace: &str) -> PyResult<usize> {
+        self.run(py, |table| table.clear(namespace))
+    }
+
+    fn cleanup_expired(&self, py: Python<'_>, now: f64) -> PyResult<usize> {
+        self.run(py, |table| table.cleanup_expired(now))
+    }
+
+    fn namespaces(&self, py: Python<'_>) -> PyResult<Vec<String>> {
+        self.run(py, sqlite::SqliteTable::namespaces)
+    }
+
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        Ok(py.detach(|| {
+            let mut slot = guard(self.table.lock(), "SqliteTable").map_err(Failure::Poisoned)?;
+            if let Some(table) = slot.take() {
+                if let Err((table, e)) = table.close() {
+                    // Still open, as after a failed `sqlite3.Connection.close`.
+                    *slot = Some(table);
+                    return Err(Failure::Sql(e));
+                }
+            }
+            Ok(())
+        })?)
+    }
+}
