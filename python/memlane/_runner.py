@@ -8,20 +8,27 @@ APIs are two thin wrappers around the same plan and cannot drift. (The sans-I/O 
 structlog builds its sync and async method families from one definition the same way.)
 
 A call that raises is thrown back into the plan at its ``yield``, so a plan handles failures
-with an ordinary ``try``.
+with an ordinary ``try``. A plan that yields a :class:`~memlane._locks.HybridLock` holds it until
+it ends or yields :class:`Release`; each runner takes it in its own way (blocking, or awaiting) and
+always releases what is still held.
+
+:func:`sync_method` and :func:`async_method` turn one plan method into the public method
+pair (``name`` and ``async_name``), with the plan's signature and docstring.
 """
 
 from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import Awaitable, Callable, Generator
+from collections.abc import Awaitable, Callable, Coroutine, Generator
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
 
+from memlane._locks import HybridLock
 from memlane.types import ConversationTurn
 
 T = TypeVar("T")
+P = ParamSpec("P")
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,7 +46,14 @@ class Summarize:
     turns: list[ConversationTurn]
 
 
-Op = StoreCall | Summarize
+@dataclass(frozen=True, slots=True)
+class Release:
+    """Release ``lock``, which the plan acquired, before the plan ends."""
+
+    lock: HybridLock
+
+
+Op = StoreCall | Summarize | HybridLock | Release
 Plan = Generator[Op, Any, T]
 """A plan: yields operations, receives their results, returns its own result."""
 
@@ -48,37 +62,120 @@ Summarizer = Callable[[list[ConversationTurn]], "str | Awaitable[str]"]
 
 def run_sync(plan: Plan[T], store: Any, summarizer: Summarizer | None = None) -> T:
     """Runs ``plan`` to completion with blocking store calls."""
-    result: Any = None
-    error: BaseException | None = None
-    while True:
-        try:
-            op = plan.send(result) if error is None else plan.throw(error)
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
-        result, error = None, None
-        try:
-            result = _perform_sync(op, store, summarizer)
-        except Exception as exc:  # handed to the plan, which decides
-            error = exc
+    # Every conversation call passes through here: the loop is kept to the bare protocol.
+    held: list[HybridLock] = []
+    try:
+        op = plan.send(None)
+        while True:
+            if op.__class__ is HybridLock:
+                op.acquire()  # type: ignore[union-attr]
+                held.append(op)  # type: ignore[arg-type]
+                op = plan.send(None)
+            elif op.__class__ is Release:
+                _release(held, op)  # type: ignore[arg-type]
+                op = plan.send(None)
+            else:
+                try:
+                    result = _perform_sync(op, store, summarizer)  # type: ignore[arg-type]
+                except Exception as exc:  # handed to the plan, which decides
+                    op = plan.throw(exc)
+                else:
+                    op = plan.send(result)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+    finally:
+        for lock in reversed(held):
+            lock.release()
 
 
 async def run_async(plan: Plan[T], store: Any, summarizer: Summarizer | None = None) -> T:
     """Runs ``plan`` to completion, awaiting the store's ``async_`` methods."""
-    result: Any = None
-    error: BaseException | None = None
-    while True:
-        try:
-            op = plan.send(result) if error is None else plan.throw(error)
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
-        result, error = None, None
-        try:
-            result = await _perform_async(op, store, summarizer)
-        except Exception as exc:  # handed to the plan, which decides
-            error = exc
+    held: list[HybridLock] = []
+    try:
+        op = plan.send(None)
+        while True:
+            if op.__class__ is HybridLock:
+                await op.async_acquire()  # type: ignore[union-attr]
+                held.append(op)  # type: ignore[arg-type]
+                op = plan.send(None)
+            elif op.__class__ is Release:
+                _release(held, op)  # type: ignore[arg-type]
+                op = plan.send(None)
+            else:
+                try:
+                    result = await _perform_async(op, store, summarizer)  # type: ignore[arg-type]
+                except Exception as exc:  # handed to the plan, which decides
+                    op = plan.throw(exc)
+                else:
+                    op = plan.send(result)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+    finally:
+        for lock in reversed(held):
+            lock.release()
 
 
-def _perform_sync(op: Op, store: Any, summarizer: Summarizer | None) -> Any:
+def _release(held: list[HybridLock], op: Release) -> None:
+    held.remove(op.lock)
+    op.lock.release()
+
+
+# ---------------------------------------------------------------------------- method pairs
+
+
+class Runs(Protocol):
+    """What a class needs to turn its plans into methods: a store and, maybe, a summarizer."""
+
+    @property
+    def store(self) -> Any: ...
+
+
+S = TypeVar("S", bound=Runs)
+
+
+def sync_method(plan: Callable[Concatenate[S, P], Plan[T]]) -> Callable[Concatenate[S, P], T]:
+    """The blocking public method of plan method ``_name``: ``name``."""
+
+    def method(self: S, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return run_sync(plan(self, *args, **kwargs), self.store, getattr(self, "summarizer", None))
+
+    return describe(method, plan, sync=True)
+
+
+def async_method(
+    plan: Callable[Concatenate[S, P], Plan[T]],
+) -> Callable[Concatenate[S, P], Coroutine[Any, Any, T]]:
+    """The awaitable public method of plan method ``_name``: ``async_name``."""
+
+    async def method(self: S, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return await run_async(
+            plan(self, *args, **kwargs), self.store, getattr(self, "summarizer", None)
+        )
+
+    return describe(method, plan, sync=False)
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def describe(method: F, plan: Callable[..., Any], *, sync: bool) -> F:
+    """Gives a generated method its public name, the plan's signature and a docstring."""
+    name = plan.__name__.lstrip("_")
+    signature = inspect.signature(plan)
+    returns = signature.return_annotation
+    if isinstance(returns, str) and returns.startswith("Plan[") and returns.endswith("]"):
+        returns = returns[len("Plan[") : -1]
+    method.__name__ = name if sync else f"async_{name}"
+    method.__qualname__ = plan.__qualname__.rsplit(".", 1)[0] + "." + method.__name__
+    method.__module__ = plan.__module__
+    method.__doc__ = (
+        plan.__doc__ if sync else f"Async :meth:`{name}`: the same plan, its store calls awaited."
+    )
+    method.__signature__ = signature.replace(return_annotation=returns)  # type: ignore[attr-defined]
+    return method
+
+
+def _perform_sync(op: StoreCall | Summarize, store: Any, summarizer: Summarizer | None) -> Any:
     if isinstance(op, StoreCall):
         method = getattr(store, op.method, None)
         if method is None:
@@ -91,15 +188,19 @@ def _perform_sync(op: Op, store: Any, summarizer: Summarizer | None) -> Any:
     return summary
 
 
-async def _perform_async(op: Op, store: Any, summarizer: Summarizer | None) -> Any:
+async def _perform_async(
+    op: StoreCall | Summarize, store: Any, summarizer: Summarizer | None
+) -> Any:
     if isinstance(op, StoreCall):
         method = getattr(store, "async_" + op.method, None)
         if method is None:
             return await _async_fallback(store, op)
         return await method(*op.args)
     assert summarizer is not None
-    asummarize = getattr(summarizer, "asummarize", None)
-    summary = await asummarize(op.turns) if asummarize is not None else summarizer(op.turns)
+    async_summarize = getattr(summarizer, "async_summarize", None)
+    summary = (
+        await async_summarize(op.turns) if async_summarize is not None else summarizer(op.turns)
+    )
     if inspect.isawaitable(summary):
         summary = await summary
     return summary

@@ -288,10 +288,6 @@ class LLMSummarizer:
             return self._fallback(turns, exc)
         return self._finish(turns, output)
 
-    # The name memory's async runner still looks up; it goes once the runner asks for
-    # async_summarize, the one async naming convention.
-    asummarize = async_summarize
-
     def extractive_summary(self, turns: Sequence[ConversationTurn]) -> str:
         """The deterministic fallback: the previous summary plus one line per turn, cut to size.
 

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, TypeVar
 
-from memlane._runner import Plan, StoreCall, run_async, run_sync
+from memlane._runner import Plan, StoreCall, async_method, sync_method
 from memlane._validate import check_fraction, check_identifier, check_str, check_ttl
 from memlane.store import InMemoryStore, MemoryStore
 from memlane.types import MemoryEntry, MemoryScope, utc_now
@@ -49,11 +49,28 @@ class WorkingMemory:
         self.store: MemoryStore = store if store is not None else InMemoryStore()
         self.namespace = f"working:{scope_id}"
 
-    # ------------------------------------------------------------------ plans
+    # ------------------------------------------------------------------ writing
 
-    def _set_plan(
-        self, key: str, value: Any, importance: float, ttl: float | timedelta | None
+    def _set(
+        self,
+        key: str,
+        value: Any,
+        *,
+        importance: float = 0.5,
+        ttl: float | timedelta | None = None,
     ) -> Plan[None]:
+        """Stores ``value`` under ``key``, replacing any previous value atomically.
+
+        Args:
+            key: The fact's name.
+            value: The fact; must be plain JSON (every store holds the same values).
+            importance: 0.0–1.0.
+            ttl: Lifetime in seconds (or a ``timedelta``); ``None`` keeps it until deleted.
+
+        Raises:
+            TypeError: ``key`` is not a ``str``, or ``value`` cannot be stored.
+            ValueError: ``importance`` outside 0.0–1.0 or a non-positive ``ttl``.
+        """
         check_str(key, "key")
         importance = check_fraction(importance, "importance")
         lifetime = check_ttl(ttl)
@@ -68,153 +85,98 @@ class WorkingMemory:
         )
         yield StoreCall("save", (self.namespace, entry))
 
-    def _entry_plan(self, key: str) -> Plan[MemoryEntry | None]:
-        entry: MemoryEntry | None = yield StoreCall(
-            "load_by_key", (self.namespace, check_str(key, "key"))
-        )
-        return entry
+    set = sync_method(_set)
+    async_set = async_method(_set)
 
-    def _get_plan(self, key: str, default: Any) -> Plan[Any]:
-        entry = yield from self._entry_plan(key)
-        return default if entry is None else entry.content
-
-    def _has_plan(self, key: str) -> Plan[bool]:
-        return (yield from self._entry_plan(key)) is not None
-
-    def _delete_plan(self, key: str) -> Plan[bool]:
-        entry = yield from self._entry_plan(key)
+    def _delete(self, key: str) -> Plan[bool]:
+        """Removes ``key``; whether it was there."""
+        entry = yield from self._get_entry(key)
         if entry is None:
             return False
         deleted: bool = yield StoreCall("delete", (self.namespace, entry.entry_id))
         return deleted
 
-    def _entries_plan(self, view: Callable[[list[MemoryEntry]], T]) -> Plan[T]:
-        entries: list[MemoryEntry] = yield StoreCall("load", (self.namespace,))
-        return view([e for e in entries if e.key is not None])
+    delete = sync_method(_delete)
+    async_delete = async_method(_delete)
 
-    def _clear_plan(self) -> Plan[int]:
+    def _clear(self) -> Plan[int]:
+        """Removes every fact of this scope; how many."""
         count: int = yield StoreCall("clear", (self.namespace,))
         return count
 
-    # ------------------------------------------------------------------ writing
+    clear = sync_method(_clear)
+    async_clear = async_method(_clear)
 
-    def set(
-        self,
-        key: str,
-        value: Any,
-        *,
-        importance: float = 0.5,
-        ttl: float | timedelta | None = None,
-    ) -> None:
-        """Stores ``value`` under ``key``, replacing any previous value atomically.
+    # ------------------------------------------------------------------ reading one fact
 
-        Args:
-            key: The fact's name.
-            value: The fact; must be plain JSON (every store holds the same values).
-            importance: 0.0–1.0.
-            ttl: Lifetime in seconds (or a ``timedelta``); ``None`` keeps it until deleted.
-
-        Raises:
-            TypeError: ``key`` is not a ``str``, or ``value`` cannot be stored.
-            ValueError: ``importance`` outside 0.0–1.0 or a non-positive ``ttl``.
-        """
-        run_sync(self._set_plan(key, value, importance, ttl), self.store)
-
-    async def async_set(
-        self,
-        key: str,
-        value: Any,
-        *,
-        importance: float = 0.5,
-        ttl: float | timedelta | None = None,
-    ) -> None:
-        """Async :meth:`set`."""
-        await run_async(self._set_plan(key, value, importance, ttl), self.store)
-
-    def delete(self, key: str) -> bool:
-        """Removes ``key``; whether it was there."""
-        return run_sync(self._delete_plan(key), self.store)
-
-    async def async_delete(self, key: str) -> bool:
-        """Async :meth:`delete`."""
-        return await run_async(self._delete_plan(key), self.store)
-
-    def clear(self) -> int:
-        """Removes every fact of this scope; how many."""
-        return run_sync(self._clear_plan(), self.store)
-
-    async def async_clear(self) -> int:
-        """Async :meth:`clear`."""
-        return await run_async(self._clear_plan(), self.store)
-
-    # ------------------------------------------------------------------ reading
-
-    def get_entry(self, key: str) -> MemoryEntry | None:
+    def _get_entry(self, key: str) -> Plan[MemoryEntry | None]:
         """The stored entry for ``key`` (with importance and expiry), or ``None``."""
-        return run_sync(self._entry_plan(key), self.store)
+        entry: MemoryEntry | None = yield StoreCall(
+            "load_by_key", (self.namespace, check_str(key, "key"))
+        )
+        return entry
 
-    async def async_get_entry(self, key: str) -> MemoryEntry | None:
-        """Async :meth:`get_entry`."""
-        return await run_async(self._entry_plan(key), self.store)
+    get_entry = sync_method(_get_entry)
+    async_get_entry = async_method(_get_entry)
 
-    def get(self, key: str, default: Any = None) -> Any:
+    def _get(self, key: str, default: Any = None) -> Plan[Any]:
         """The value stored under ``key``, or ``default``."""
-        return run_sync(self._get_plan(key, default), self.store)
+        entry = yield from self._get_entry(key)
+        return default if entry is None else entry.content
 
-    async def async_get(self, key: str, default: Any = None) -> Any:
-        """Async :meth:`get`."""
-        return await run_async(self._get_plan(key, default), self.store)
+    get = sync_method(_get)
+    async_get = async_method(_get)
 
-    def has(self, key: str) -> bool:
+    def _has(self, key: str) -> Plan[bool]:
         """Whether an unexpired value is stored under ``key``."""
-        return run_sync(self._has_plan(key), self.store)
+        return (yield from self._get_entry(key)) is not None
 
-    async def async_has(self, key: str) -> bool:
-        """Async :meth:`has`."""
-        return await run_async(self._has_plan(key), self.store)
+    has = sync_method(_has)
+    async_has = async_method(_has)
 
     def __contains__(self, key: object) -> bool:
         return isinstance(key, str) and self.has(key)
 
-    def entries(self) -> list[MemoryEntry]:
+    # ------------------------------------------------------------------ reading every fact
+
+    def _view(self, view: Callable[[list[MemoryEntry]], T]) -> Plan[T]:
+        entries: list[MemoryEntry] = yield StoreCall("load", (self.namespace,))
+        return view([e for e in entries if e.key is not None])
+
+    def _entries(self) -> Plan[list[MemoryEntry]]:
         """Every unexpired keyed entry, in insertion order."""
-        return run_sync(self._entries_plan(list), self.store)
+        return (yield from self._view(list))
 
-    async def async_entries(self) -> list[MemoryEntry]:
-        """Async :meth:`entries`."""
-        return await run_async(self._entries_plan(list), self.store)
-
-    def keys(self) -> list[str]:
+    def _keys(self) -> Plan[list[str]]:
         """Keys in insertion order."""
-        return [key for key, _ in self.items()]
+        return (yield from self._view(_keys))
 
-    async def async_keys(self) -> list[str]:
-        """Async :meth:`keys`."""
-        return [key for key, _ in await self.async_items()]
-
-    def items(self) -> list[tuple[str, Any]]:
+    def _items(self) -> Plan[list[tuple[str, Any]]]:
         """``(key, value)`` pairs in insertion order."""
-        return run_sync(self._entries_plan(_keyed), self.store)
+        return (yield from self._view(_keyed))
 
-    async def async_items(self) -> list[tuple[str, Any]]:
-        """Async :meth:`items`."""
-        return await run_async(self._entries_plan(_keyed), self.store)
-
-    def to_dict(self) -> dict[str, Any]:
+    def _to_dict(self) -> Plan[dict[str, Any]]:
         """All facts as a ``dict``."""
-        return dict(self.items())
+        return (yield from self._view(_as_dict))
 
-    async def async_to_dict(self) -> dict[str, Any]:
-        """Async :meth:`to_dict`."""
-        return dict(await self.async_items())
+    def _to_context_string(self) -> Plan[str]:
+        """The facts as prompt text: ``"Working Memory:\\n- key: value"`` lines, ``""`` if none."""
+        return (yield from self._view(_context))
+
+    entries, async_entries = sync_method(_entries), async_method(_entries)
+    keys, async_keys = sync_method(_keys), async_method(_keys)
+    items, async_items = sync_method(_items), async_method(_items)
+    to_dict, async_to_dict = sync_method(_to_dict), async_method(_to_dict)
+    to_context_string = sync_method(_to_context_string)
+    async_to_context_string = async_method(_to_context_string)
 
     def __len__(self) -> int:
         return len(self.entries())
 
-    def to_context_string(self) -> str:
-        """The facts as prompt text: ``"Working Memory:\\n- key: value"`` lines, ``""`` if none."""
-        return run_sync(self._entries_plan(_context), self.store)
 
-    async def async_to_context_string(self) -> str:
-        """Async :meth:`to_context_string`."""
-        return await run_async(self._entries_plan(_context), self.store)
+def _keys(entries: list[MemoryEntry]) -> list[str]:
+    return [e.key for e in entries if e.key is not None]
+
+
+def _as_dict(entries: list[MemoryEntry]) -> dict[str, Any]:
+    return dict(_keyed(entries))

@@ -6,9 +6,9 @@ always travels with its return. Running totals and a moving window (the budget l
 when the extension is active) make ``add_turn`` and ``get_message_history`` O(1) amortised in
 the length of the conversation.
 
-Each public method is a thin wrapper: it validates its arguments, then runs one plan of
-:mod:`memlane.conversation.plan` under the conversation's lock, with blocking store calls
-(``name``) or awaited ones (``async_name``).
+Each public operation is written once, as a plan method ``_name`` that validates its
+arguments, takes the conversation's lock and runs the plans of
+:mod:`memlane.conversation.plan`; ``name`` and ``async_name`` are generated from it.
 """
 
 from __future__ import annotations
@@ -20,9 +20,17 @@ from typing import Any, TypeVar
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse
 
 from memlane._locks import LockTable
-from memlane._runner import Plan, Summarizer, run_async, run_sync
-from memlane._validate import check_identifier, check_positive_int, check_str
-from memlane.conversation.plan import ConversationLogic
+from memlane._runner import (
+    Plan,
+    Release,
+    Summarizer,
+    async_method,
+    describe,
+    run_sync,
+    sync_method,
+)
+from memlane._validate import check_positive_int, check_str
+from memlane.conversation.plan import ConversationLogic, check_cid
 from memlane.conversation.snapshot import export_snapshot, parse_snapshot
 from memlane.conversation.state import ConversationState, namespace
 from memlane.store import InMemoryStore, MemoryStore, dumps_json
@@ -45,14 +53,52 @@ def _check_messages(raw_messages: object) -> list[ModelMessage]:
     return list(raw_messages)
 
 
-def _check_cid(conversation_id: object) -> str:
-    return check_identifier(conversation_id, "conversation_id")
+def _sync_reader(
+    plan: Callable[[Any, str], Plan[T]],
+    read: Callable[[ConversationState | None], T],
+) -> Callable[[Any, str], T]:
+    """The blocking reader of plan ``plan``, which returns ``read(state)``.
+
+    Reads are the hot path of an agent host, and a state already in hand needs no store
+    call: it is read under the lock directly, and the plan runs only to load it.
+    """
+
+    def method(self: ConversationMemory, conversation_id: str) -> T:
+        cid = check_cid(conversation_id)
+        with self._locks[cid]:
+            state = self._states.get(cid)
+            if state is not None or not self._persistent:
+                return read(state)
+        return run_sync(plan(self, cid), self.store)
+
+    return describe(method, plan, sync=True)
+
+
+def _history(state: ConversationState | None) -> list[ModelMessage]:
+    return [] if state is None else state.history()
+
+
+def _turns(state: ConversationState | None) -> list[ConversationTurn]:
+    return [] if state is None else state.turns()
+
+
+def _total(state: ConversationState | None) -> int:
+    return 0 if state is None else int(state.ledger.total)
+
+
+def _summary(state: ConversationState | None) -> str | None:
+    return None if state is None else state.summary
+
+
+def _tokens(state: ConversationState | None) -> int:
+    return 0 if state is None else state.history_tokens
 
 
 class ConversationMemory(ConversationLogic):
     """Chat histories kept inside a token budget, with optional rolling summaries.
 
-    Every method has an ``async_`` twin that runs the same logic with awaited store calls.
+    Every method has an ``async_`` twin generated from the same plan, with awaited store
+    calls.
     Sync callers in threads and async callers on event loops may mix freely on one
     conversation: each operation holds the conversation's lock, so turn ids are unique and
     in commit order.
@@ -107,48 +153,17 @@ class ConversationMemory(ConversationLogic):
         """The store namespace of a conversation."""
         return namespace(conversation_id)
 
-    # ------------------------------------------------------------------ the two runners
-
-    def _run(self, cid: str, plan: Plan[T]) -> T:
-        with self._locks[cid]:
-            return run_sync(plan, self.store, self.summarizer)
-
-    async def _arun(self, cid: str, plan: Plan[T]) -> T:
-        async with self._locks[cid]:
-            return await run_async(plan, self.store, self.summarizer)
-
-    def _read(self, cid: str, read: Callable[[ConversationState | None], T]) -> T:
-        with self._locks[cid]:
-            # Reads are the hot path; a state already in hand makes the plan a no-op.
-            state = self._states.get(cid)
-            if state is not None or not self._persistent:
-                return read(state)
-            return run_sync(self._read_plan(cid, read), self.store)
-
-    async def _aread(self, cid: str, read: Callable[[ConversationState | None], T]) -> T:
-        async with self._locks[cid]:
-            state = self._states.get(cid)
-            if state is not None or not self._persistent:
-                return read(state)
-            return await run_async(self._read_plan(cid, read), self.store)
-
     # ------------------------------------------------------------------ starting and adding
 
-    def new_conversation(self) -> str:
+    def _new_conversation(self) -> Plan[str]:
         """Starts a conversation and returns its id."""
-        cid = self._new_id()
-        self._run(cid, self._state_plan(cid, create=True))
+        cid = uuid.uuid4().hex
+        yield self._locks[cid]
+        yield from self._state_plan(cid, create=True)
         return cid
 
-    async def async_new_conversation(self) -> str:
-        """Async :meth:`new_conversation`."""
-        cid = self._new_id()
-        await self._arun(cid, self._state_plan(cid, create=True))
-        return cid
-
-    @staticmethod
-    def _new_id() -> str:
-        return uuid.uuid4().hex
+    new_conversation = sync_method(_new_conversation)
+    async_new_conversation = async_method(_new_conversation)
 
     def _check_turn(
         self,
@@ -159,7 +174,7 @@ class ConversationMemory(ConversationLogic):
         metadata: object,
     ) -> tuple[str, list[ModelMessage] | None, int]:
         """Validates add_turn's arguments before anything is stored; counts the turn."""
-        cid = _check_cid(conversation_id)
+        cid = check_cid(conversation_id)
         prompt = check_str(user_prompt, "user_prompt")
         response = check_str(assistant_response, "assistant_response")
         messages = None if raw_messages is None else _check_messages(raw_messages)
@@ -170,7 +185,7 @@ class ConversationMemory(ConversationLogic):
                 dumps_json(metadata, key=None, field="metadata")
         return cid, messages, self._count(prompt, response, messages)
 
-    def add_turn(
+    def _add_turn(
         self,
         conversation_id: str,
         user_prompt: str,
@@ -178,7 +193,7 @@ class ConversationMemory(ConversationLogic):
         raw_messages: list[ModelMessage] | None = None,
         *,
         metadata: dict[str, Any] | None = None,
-    ) -> ConversationTurn:
+    ) -> Plan[ConversationTurn]:
         """Appends a turn (creating the conversation if needed) and keeps the budget.
 
         Args:
@@ -196,118 +211,95 @@ class ConversationMemory(ConversationLogic):
             TypeError: An argument of the wrong type (nothing is stored).
             UnstorableValueError: ``metadata`` cannot be persisted (nothing is stored).
         """
+        # Validated and counted here, before the plan takes the lock: counting is the costly
+        # part of a turn, and a bad argument fails before anything is stored.
         cid, messages, tokens = self._check_turn(
             conversation_id, user_prompt, assistant_response, raw_messages, metadata
         )
-        plan = self._add_turn_plan(cid, user_prompt, assistant_response, messages, metadata, tokens)
-        return self._run(cid, plan)
+        return self._add_turn_plan(cid, user_prompt, assistant_response, messages, metadata, tokens)
 
-    async def async_add_turn(
-        self,
-        conversation_id: str,
-        user_prompt: str,
-        assistant_response: str,
-        raw_messages: list[ModelMessage] | None = None,
-        *,
-        metadata: dict[str, Any] | None = None,
-    ) -> ConversationTurn:
-        """Async :meth:`add_turn`; store I/O and an async summarizer are awaited."""
-        cid, messages, tokens = self._check_turn(
-            conversation_id, user_prompt, assistant_response, raw_messages, metadata
-        )
-        plan = self._add_turn_plan(cid, user_prompt, assistant_response, messages, metadata, tokens)
-        return await self._arun(cid, plan)
+    add_turn = sync_method(_add_turn)
+    async_add_turn = async_method(_add_turn)
 
     # ------------------------------------------------------------------ reading
 
-    def get_message_history(self, conversation_id: str) -> list[ModelMessage]:
+    def _get_message_history(self, conversation_id: str) -> Plan[list[ModelMessage]]:
         """The messages to send with the next request: summary first, then whole recent turns.
 
         The estimates of what is returned sum to at most ``max_tokens``. An unknown
         conversation has an empty history.
         """
-        cid = _check_cid(conversation_id)
-        return self._read(cid, _history)
+        return self._read_plan(conversation_id, _history)
 
-    async def async_get_message_history(self, conversation_id: str) -> list[ModelMessage]:
-        """Async :meth:`get_message_history`."""
-        cid = _check_cid(conversation_id)
-        return await self._aread(cid, _history)
+    get_message_history = _sync_reader(_get_message_history, _history)
+    async_get_message_history = async_method(_get_message_history)
 
-    def get_history_tokens(self, conversation_id: str) -> int:
+    def _get_history_tokens(self, conversation_id: str) -> Plan[int]:
         """Estimated tokens of :meth:`get_message_history` (summary included)."""
-        cid = _check_cid(conversation_id)
-        return self._read(cid, _tokens)
+        return self._read_plan(conversation_id, _tokens)
 
-    async def async_get_history_tokens(self, conversation_id: str) -> int:
-        """Async :meth:`get_history_tokens`."""
-        cid = _check_cid(conversation_id)
-        return await self._aread(cid, _tokens)
+    get_history_tokens = _sync_reader(_get_history_tokens, _tokens)
+    async_get_history_tokens = async_method(_get_history_tokens)
 
-    def get_turns(self, conversation_id: str) -> list[ConversationTurn]:
+    def _get_turns(self, conversation_id: str) -> Plan[list[ConversationTurn]]:
         """Retained turns (not yet summarised), oldest first."""
-        cid = _check_cid(conversation_id)
-        return self._read(cid, _turns)
+        return self._read_plan(conversation_id, _turns)
 
-    async def async_get_turns(self, conversation_id: str) -> list[ConversationTurn]:
-        """Async :meth:`get_turns`."""
-        cid = _check_cid(conversation_id)
-        return await self._aread(cid, _turns)
+    get_turns = _sync_reader(_get_turns, _turns)
+    async_get_turns = async_method(_get_turns)
 
-    def get_total_tokens(self, conversation_id: str) -> int:
+    def _get_total_tokens(self, conversation_id: str) -> Plan[int]:
         """Sum of the token estimates of the retained turns (the summary excluded)."""
-        cid = _check_cid(conversation_id)
-        return self._read(cid, _total)
+        return self._read_plan(conversation_id, _total)
 
-    async def async_get_total_tokens(self, conversation_id: str) -> int:
-        """Async :meth:`get_total_tokens`."""
-        cid = _check_cid(conversation_id)
-        return await self._aread(cid, _total)
+    get_total_tokens = _sync_reader(_get_total_tokens, _total)
+    async_get_total_tokens = async_method(_get_total_tokens)
 
-    def get_summary(self, conversation_id: str) -> str | None:
+    def _get_summary(self, conversation_id: str) -> Plan[str | None]:
         """The rolling summary of evicted turns, or ``None``."""
-        cid = _check_cid(conversation_id)
-        return self._read(cid, _summary)
+        return self._read_plan(conversation_id, _summary)
 
-    async def async_get_summary(self, conversation_id: str) -> str | None:
-        """Async :meth:`get_summary`."""
-        cid = _check_cid(conversation_id)
-        return await self._aread(cid, _summary)
+    get_summary = _sync_reader(_get_summary, _summary)
+    async_get_summary = async_method(_get_summary)
+
+    def _conversation_ids(self) -> Plan[list[str]]:
+        """Ids of every known conversation (in this process and in the store)."""
+        return (yield from self._ids_plan())
 
     @property
     def conversation_ids(self) -> list[str]:
         """Ids of every known conversation (in this process and in the store)."""
-        return run_sync(self._ids_plan(), self.store)
+        return run_sync(self._conversation_ids(), self.store)
 
-    async def async_conversation_ids(self) -> list[str]:
-        """Async :attr:`conversation_ids`."""
-        return await run_async(self._ids_plan(), self.store)
+    async_conversation_ids = async_method(_conversation_ids)
 
     # ------------------------------------------------------------------ forgetting
 
-    def clear(self, conversation_id: str) -> None:
+    def _clear(self, conversation_id: str) -> Plan[None]:
         """Forgets a conversation, in memory and in the store."""
-        cid = _check_cid(conversation_id)
-        self._run(cid, self._clear_plan(cid))
+        cid = check_cid(conversation_id)
+        yield self._locks[cid]
+        yield from self._clear_plan(cid)
 
-    async def async_clear(self, conversation_id: str) -> None:
-        """Async :meth:`clear`."""
-        cid = _check_cid(conversation_id)
-        await self._arun(cid, self._clear_plan(cid))
+    clear = sync_method(_clear)
+    async_clear = async_method(_clear)
 
-    def clear_all(self) -> None:
+    def _clear_all(self) -> Plan[None]:
         """Forgets every conversation."""
-        for cid in self.conversation_ids:
-            self.clear(cid)
+        for cid in (yield from self._ids_plan()):
+            # One conversation's lock at a time: holding them all could deadlock with a
+            # caller that holds one of them.
+            lock = self._locks[cid]
+            yield lock
+            yield from self._clear_plan(cid)
+            yield Release(lock)
 
-    async def async_clear_all(self) -> None:
-        """Async :meth:`clear_all`."""
-        for cid in await self.async_conversation_ids():
-            await self.async_clear(cid)
+    clear_all = sync_method(_clear_all)
+    async_clear_all = async_method(_clear_all)
 
     # ------------------------------------------------------------------ export / import
 
-    def export_conversation(self, conversation_id: str) -> dict[str, Any]:
+    def _export_conversation(self, conversation_id: str) -> Plan[dict[str, Any]]:
         """A JSON-ready snapshot of a conversation.
 
         Returns:
@@ -319,21 +311,17 @@ class ConversationMemory(ConversationLogic):
         Raises:
             ConversationNotFoundError: (a ``KeyError``) the id is unknown.
         """
-        cid = _check_cid(conversation_id)
-        return self._run(cid, self._export_plan(cid))
-
-    async def async_export_conversation(self, conversation_id: str) -> dict[str, Any]:
-        """Async :meth:`export_conversation`."""
-        cid = _check_cid(conversation_id)
-        return await self._arun(cid, self._export_plan(cid))
-
-    def _export_plan(self, cid: str) -> Plan[dict[str, Any]]:
+        cid = check_cid(conversation_id)
+        yield self._locks[cid]
         state = yield from self._existing_plan(cid)
         return export_snapshot(cid, state)
 
-    def import_conversation(
+    export_conversation = sync_method(_export_conversation)
+    async_export_conversation = async_method(_export_conversation)
+
+    def _import_conversation(
         self, data: dict[str, Any], *, conversation_id: str | None = None
-    ) -> str:
+    ) -> Plan[str]:
         """Loads an :meth:`export_conversation` snapshot; returns the conversation id.
 
         Missing token estimates are re-computed; turns without ``raw_messages`` are rebuilt
@@ -349,33 +337,9 @@ class ConversationMemory(ConversationLogic):
                 (nothing is overwritten).
         """
         snapshot = parse_snapshot(data, self.estimator)
-        cid = _check_cid(snapshot.target_id(conversation_id))
-        return self._run(cid, self._import_plan(cid, snapshot))
+        cid = check_cid(snapshot.target_id(conversation_id))
+        yield self._locks[cid]
+        return (yield from self._import_plan(cid, snapshot))
 
-    async def async_import_conversation(
-        self, data: dict[str, Any], *, conversation_id: str | None = None
-    ) -> str:
-        """Async :meth:`import_conversation`."""
-        snapshot = parse_snapshot(data, self.estimator)
-        cid = _check_cid(snapshot.target_id(conversation_id))
-        return await self._arun(cid, self._import_plan(cid, snapshot))
-
-
-def _history(state: ConversationState | None) -> list[ModelMessage]:
-    return [] if state is None else state.history()
-
-
-def _turns(state: ConversationState | None) -> list[ConversationTurn]:
-    return [] if state is None else state.turns()
-
-
-def _total(state: ConversationState | None) -> int:
-    return 0 if state is None else int(state.ledger.total)
-
-
-def _summary(state: ConversationState | None) -> str | None:
-    return None if state is None else state.summary
-
-
-def _tokens(state: ConversationState | None) -> int:
-    return 0 if state is None else state.history_tokens
+    import_conversation = sync_method(_import_conversation)
+    async_import_conversation = async_method(_import_conversation)

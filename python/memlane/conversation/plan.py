@@ -17,7 +17,9 @@ from typing import Any, TypeVar
 
 from pydantic_ai.messages import ModelMessage
 
+from memlane._locks import LockTable
 from memlane._runner import Plan, StoreCall, Summarize
+from memlane._validate import check_identifier
 from memlane.conversation.snapshot import ParsedSnapshot
 from memlane.conversation.state import (
     INDEX_NAMESPACE,
@@ -39,6 +41,11 @@ logger = logging.getLogger("memlane")
 T = TypeVar("T")
 
 
+def check_cid(conversation_id: object) -> str:
+    """A conversation id: a non-empty ``str`` without NUL."""
+    return check_identifier(conversation_id, "conversation_id")
+
+
 class ConversationLogic:
     """Per-conversation states and the plans that read and change them.
 
@@ -51,6 +58,7 @@ class ConversationLogic:
     estimator: TokenEstimator
     _persistent: bool
     _states: dict[str, ConversationState]
+    _locks: LockTable
 
     def _summarizes(self) -> bool:
         raise NotImplementedError
@@ -81,9 +89,15 @@ class ConversationLogic:
         self._states[cid] = state
         return state
 
-    def _read_plan(self, cid: str, read: Callable[[ConversationState | None], T]) -> Plan[T]:
-        """``read(state)`` of a conversation that may not exist (``state`` is then ``None``)."""
-        state = yield from self._state_plan(cid, create=False)
+    def _read_plan(
+        self, conversation_id: str, read: Callable[[ConversationState | None], T]
+    ) -> Plan[T]:
+        """``read(state)`` under the conversation's lock (``state`` is ``None`` if unknown)."""
+        cid = check_cid(conversation_id)
+        yield self._locks[cid]
+        state = self._states.get(cid)
+        if state is None:  # reads are the hot path: no nested plan when the state is in hand
+            state = yield from self._state_plan(cid, create=False)
         return read(state)
 
     def _existing_plan(self, cid: str) -> Plan[ConversationState]:
@@ -112,6 +126,7 @@ class ConversationLogic:
         metadata: dict[str, Any] | None,
         tokens: int,
     ) -> Plan[ConversationTurn]:
+        yield self._locks[cid]
         state = self._states.get(cid)
         if state is None:  # first use here: load or create it (a generator costs on every turn)
             state = yield from self._state_plan(cid, create=True)
