@@ -15,11 +15,21 @@ from memlane.errors import (
     CorruptStoreError,
     InvalidValueError,
     MemlaneError,
+    StoreClosedError,
     StoreConnectionError,
+    StoreError,
+    StorePathError,
     UnstorableValueError,
 )
 from memlane.manager import MemoryManager
-from memlane.store import FileStore, InMemoryStore, MemoryStore, SQLiteStore
+from memlane.stores import (
+    FileStore,
+    InMemoryStore,
+    MemoryStore,
+    MongoDBStore,
+    PostgreSQLStore,
+    SQLiteStore,
+)
 from memlane.tokens import TokenEstimator
 from memlane.types import ConversationTurn, MemoryEntry, MemoryScope
 from memlane.working import WorkingMemory
@@ -43,8 +53,13 @@ __all__ = [
     "MemoryManager",
     "MemoryScope",
     "MemoryStore",
+    "MongoDBStore",
+    "PostgreSQLStore",
     "SQLiteStore",
+    "StoreClosedError",
     "StoreConnectionError",
+    "StoreError",
+    "StorePathError",
     "TokenEstimator",
     "UnstorableValueError",
     "WorkingMemory",

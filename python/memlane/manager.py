@@ -2,16 +2,45 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from pydantic_ai.messages import ModelMessage
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 
 from memlane.config import MemlaneSettings, create_store
 from memlane.conversation import ConversationMemory, Summarizer
-from memlane.store import InMemoryStore, MemoryStore
+from memlane.stores import InMemoryStore, MemoryStore
 from memlane.tokens import TokenEstimator
-from memlane.types import ConversationTurn
 from memlane.working import WorkingMemory
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _delegate(
+    attribute: str, method: Callable[Concatenate[Any, P], R]
+) -> Callable[Concatenate[MemoryManager, P], R]:
+    """A manager method that calls ``method`` on the memory in ``attribute``.
+
+    It carries ``method``'s name, signature and docstring, so the facade never restates a
+    signature that could drift from the memory's.
+    """
+    name = method.__name__
+    wrapper: Callable[..., Any]
+    if inspect.iscoroutinefunction(method):
+
+        async def wrapper(self: MemoryManager, /, *args: Any, **kwargs: Any) -> Any:
+            return await getattr(getattr(self, attribute), name)(*args, **kwargs)
+
+    else:
+
+        def wrapper(self: MemoryManager, /, *args: Any, **kwargs: Any) -> Any:
+            return getattr(getattr(self, attribute), name)(*args, **kwargs)
+
+    functools.update_wrapper(wrapper, method)
+    wrapper.__qualname__ = f"MemoryManager.{name}"
+    return cast("Callable[Concatenate[MemoryManager, P], R]", wrapper)
+
 
 _STORE_METHODS = ("save", "load", "load_by_key", "delete", "clear", "async_save", "async_load")
 
@@ -79,9 +108,7 @@ class MemoryManager:
         """
         settings = settings if settings is not None else MemlaneSettings.from_env()
         store = create_store(settings)
-        initialize = getattr(store, "initialize", None)
-        if initialize is not None:
-            initialize()
+        store.initialize()
         return cls(store=store, **cls._options(settings, kwargs))
 
     @classmethod
@@ -91,9 +118,7 @@ class MemoryManager:
         """Async :meth:`from_config`: a database store is initialised on the running loop."""
         settings = settings if settings is not None else MemlaneSettings.from_env()
         store = create_store(settings)
-        initialize = getattr(store, "async_initialize", None)
-        if initialize is not None:
-            await initialize()
+        await store.async_initialize()
         return cls(store=store, **cls._options(settings, kwargs))
 
     afrom_config = async_from_config
@@ -141,49 +166,14 @@ class MemoryManager:
 
     # -------------------------------------------------------------- conversations
 
-    def new_conversation(self) -> str:
-        """Starts a conversation and returns its id."""
-        return self._conversation.new_conversation()
-
-    async def async_new_conversation(self) -> str:
-        """Async :meth:`new_conversation`."""
-        return await self._conversation.async_new_conversation()
-
-    def add_turn(
-        self,
-        conversation_id: str,
-        user_prompt: str,
-        assistant_response: str,
-        raw_messages: list[ModelMessage] | None = None,
-        *,
-        metadata: dict[str, Any] | None = None,
-    ) -> ConversationTurn:
-        """See :meth:`ConversationMemory.add_turn`."""
-        return self._conversation.add_turn(
-            conversation_id, user_prompt, assistant_response, raw_messages, metadata=metadata
-        )
-
-    async def async_add_turn(
-        self,
-        conversation_id: str,
-        user_prompt: str,
-        assistant_response: str,
-        raw_messages: list[ModelMessage] | None = None,
-        *,
-        metadata: dict[str, Any] | None = None,
-    ) -> ConversationTurn:
-        """See :meth:`ConversationMemory.async_add_turn`."""
-        return await self._conversation.async_add_turn(
-            conversation_id, user_prompt, assistant_response, raw_messages, metadata=metadata
-        )
-
-    def get_message_history(self, conversation_id: str) -> list[ModelMessage]:
-        """See :meth:`ConversationMemory.get_message_history`."""
-        return self._conversation.get_message_history(conversation_id)
-
-    async def async_get_message_history(self, conversation_id: str) -> list[ModelMessage]:
-        """See :meth:`ConversationMemory.async_get_message_history`."""
-        return await self._conversation.async_get_message_history(conversation_id)
+    new_conversation = _delegate("_conversation", ConversationMemory.new_conversation)
+    async_new_conversation = _delegate("_conversation", ConversationMemory.async_new_conversation)
+    add_turn = _delegate("_conversation", ConversationMemory.add_turn)
+    async_add_turn = _delegate("_conversation", ConversationMemory.async_add_turn)
+    get_message_history = _delegate("_conversation", ConversationMemory.get_message_history)
+    async_get_message_history = _delegate(
+        "_conversation", ConversationMemory.async_get_message_history
+    )
 
     def clear_conversation(self, conversation_id: str) -> None:
         """Forgets one conversation."""

@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 
 from memlane._runner import Plan, StoreCall, async_method, sync_method
 from memlane._validate import check_fraction, check_identifier, check_str, check_ttl
-from memlane.store import InMemoryStore, MemoryStore
+from memlane.stores import InMemoryStore, MemoryStore
 from memlane.types import MemoryEntry, MemoryScope, utc_now
 
 T = TypeVar("T")

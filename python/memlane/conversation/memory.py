@@ -33,7 +33,8 @@ from memlane._validate import check_positive_int, check_str
 from memlane.conversation.plan import ConversationLogic, check_cid
 from memlane.conversation.snapshot import export_snapshot, parse_snapshot
 from memlane.conversation.state import ConversationState, namespace
-from memlane.store import InMemoryStore, MemoryStore, dumps_json
+from memlane.stores import InMemoryStore, MemoryStore
+from memlane.stores.protocol import dumps_json
 from memlane.tokens import TokenEstimator
 from memlane.types import ConversationTurn
 
