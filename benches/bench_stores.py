@@ -72,7 +72,8 @@ class _Servers:
             if not path.exists():
                 raise Unavailable("tests/db_servers.py not found")
             spec = importlib.util.spec_from_file_location("_memlane_db_servers", path)
-            assert spec and spec.loader
+            assert spec
+            assert spec.loader
             self._mod = importlib.util.module_from_spec(spec)
             spec.loader.exec_module(self._mod)
         return self._mod

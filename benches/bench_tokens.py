@@ -417,7 +417,8 @@ class _OneCoreChild:
             raise Unavailable("the one-core estimate_many child did not start")
 
     def run(self) -> float:
-        assert self.proc.stdin is not None and self.proc.stdout is not None
+        assert self.proc.stdin is not None
+        assert self.proc.stdout is not None
         self.proc.stdin.write("run\n")
         self.proc.stdin.flush()
         return float(self.proc.stdout.readline())

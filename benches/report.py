@@ -335,7 +335,7 @@ def plots(results: dict[str, WorkloadResult]) -> list[str]:
         ax.set_title("Worst case: one pre-token, no whitespace", fontsize=10)
         ax.set_xlabel("input size (log)", fontsize=8)
         ax.set_ylabel("seconds per call (log, lower is better)", fontsize=8)
-        ax.grid(True, which="both", alpha=0.3)
+        ax.grid(visible=True, which="both", alpha=0.3)
         ax.legend(fontsize=7)
         save(fig, "tokens")
 
@@ -368,7 +368,7 @@ def plots(results: dict[str, WorkloadResult]) -> list[str]:
         ax.set_xlabel("conversation length, turns (log)")
         ax.set_ylabel("µs per turn, add_turn + history (log)")
         ax.set_title("Per-turn cost against conversation length")
-        ax.grid(True, which="both", alpha=0.3)
+        ax.grid(visible=True, which="both", alpha=0.3)
         ax.legend(fontsize=8)
         save(fig, "scaling")
 

@@ -20,15 +20,17 @@ that started them dies (``PR_SET_PDEATHSIG``).
 This module uses the standard library only.
 
 Example:
-    >>> pg = start_postgres(tmp_path)          # doctest: +SKIP
-    >>> pg.url                                  # doctest: +SKIP
+    >>> pg = start_postgres(tmp_path)  # doctest: +SKIP
+    >>> pg.url  # doctest: +SKIP
     'postgresql://postgres@127.0.0.1:41234/memlane_test'
-    >>> pg.restart(); pg.stop()                 # doctest: +SKIP
+    >>> pg.restart()
+    ... pg.stop()  # doctest: +SKIP
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import ctypes
 import glob
 import os
@@ -169,7 +171,9 @@ class Server:
         Raises:
             ServerError: Always, for an external server.
         """
-        raise ServerError(f"cannot start external {self.kind} server {self.url}: it is not managed here")
+        raise ServerError(
+            f"cannot start external {self.kind} server {self.url}: it is not managed here"
+        )
 
     def stop(self) -> None:
         """Stop the server and wait for the process to exit.
@@ -183,7 +187,9 @@ class Server:
         Raises:
             ServerError: For an external server, or if it fails to come back.
         """
-        raise ServerError(f"cannot restart external {self.kind} server {self.url}: it is not managed here")
+        raise ServerError(
+            f"cannot restart external {self.kind} server {self.url}: it is not managed here"
+        )
 
     def __enter__(self) -> Server:
         """Return self; the server is already started."""
@@ -266,10 +272,8 @@ class _ManagedServer(Server):
             if proc is None:
                 return
             if proc.poll() is None:
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     proc.send_signal(self._stop_signal)
-                except ProcessLookupError:
-                    pass
                 try:
                     proc.wait(timeout=STOP_TIMEOUT)
                 except subprocess.TimeoutExpired:
@@ -290,14 +294,10 @@ class _ManagedServer(Server):
         proc = self._proc
         self._proc = None
         if proc is not None and proc.poll() is None:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 proc.kill()
-            except ProcessLookupError:
-                pass
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=STOP_TIMEOUT)
-            except subprocess.TimeoutExpired:
-                pass
 
     def _fail(self, what: str) -> ServerError:
         """Build a ServerError carrying the log tail."""
@@ -384,7 +384,9 @@ class _PostgresServer(_ManagedServer):
             env=_client_env(), capture_output=True, text=True, check=False, timeout=STARTUP_TIMEOUT,
         )  # fmt: skip
         if res.returncode != 0:
-            raise self._fail(f"createdb {POSTGRES_DB} failed (exit {res.returncode}): {res.stderr.strip()}")
+            raise self._fail(
+                f"createdb {POSTGRES_DB} failed (exit {res.returncode}): {res.stderr.strip()}"
+            )
 
 
 class _RunAs:
@@ -586,7 +588,16 @@ def start_postgres(workdir: Path) -> Server:
 class _FerretDBServer(_ManagedServer):
     _stop_signal = signal.SIGTERM
 
-    def __init__(self, *, binary: Path, data_dir: Path, state_dir: Path, port: int, workdir: Path, log_file: Path):
+    def __init__(
+        self,
+        *,
+        binary: Path,
+        data_dir: Path,
+        state_dir: Path,
+        port: int,
+        workdir: Path,
+        log_file: Path,
+    ):
         super().__init__(kind="mongodb", url=f"mongodb://127.0.0.1:{port}/", port=port, workdir=workdir,
                          log_file=log_file)  # fmt: skip
         self.binary = binary
@@ -641,13 +652,19 @@ def _ferretdb_binary() -> Path:
             f"ferretdb binary not found in {tools_bin_dir()} or PATH. Run scripts/install_servers.sh, "
             f"or set {MONGODB_URL_ENV}."
         )
-    res = subprocess.run([found, "--version"], capture_output=True, text=True, check=False, timeout=30)
+    res = subprocess.run(
+        [found, "--version"], capture_output=True, text=True, check=False, timeout=30
+    )
     if res.returncode != 0:
-        raise ServerError(f"{found} --version failed (exit {res.returncode}): {(res.stderr or res.stdout)[-2000:]}")
+        raise ServerError(
+            f"{found} --version failed (exit {res.returncode}): {(res.stderr or res.stdout)[-2000:]}"
+        )
     m = re.search(r"^version:\s*(\S+)", res.stdout, re.M)
     if not m or m.group(1) != FERRETDB_VERSION:
         got = m.group(1) if m else "unknown"
-        raise ServerError(f"{found} is FerretDB {got}, expected {FERRETDB_VERSION}; re-run scripts/install_servers.sh")
+        raise ServerError(
+            f"{found} is FerretDB {got}, expected {FERRETDB_VERSION}; re-run scripts/install_servers.sh"
+        )
     return Path(found)
 
 
@@ -738,7 +755,9 @@ def _wait_port_free(host: str, port: int, *, timeout: float) -> None:
                 return
             except OSError as exc:
                 if time.monotonic() > deadline:
-                    raise ServerError(f"port {host}:{port} is still in use after {timeout:.0f}s: {exc}") from None
+                    raise ServerError(
+                        f"port {host}:{port} is still in use after {timeout:.0f}s: {exc}"
+                    ) from None
         time.sleep(0.1)
 
 
@@ -762,7 +781,7 @@ def _set_pdeathsig() -> None:  # pragma: no cover - runs in the child
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
-    except Exception:
+    except Exception:  # noqa: BLE001, S110  # best effort: without prctl the atexit hook still stops servers
         pass
 
 
@@ -782,7 +801,7 @@ def _spawn(cmd: list[str], log: IO[bytes], **kwargs: Any) -> subprocess.Popen[by
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,  # keep Ctrl-C in the terminal from reaching the server directly
-            preexec_fn=preexec,
+            preexec_fn=preexec,  # noqa: PLW1509  # only sets the parent-death signal, async-signal-safe
             **kwargs,
         )
     except OSError as exc:
@@ -920,7 +939,7 @@ def _stop_all() -> None:
     for server in servers:
         try:
             server.stop()
-        except Exception:
+        except Exception:  # noqa: BLE001  # whatever failed, the process must not outlive the run
             server._kill()
     for d in _cleanup_dirs:
         shutil.rmtree(d, ignore_errors=True)

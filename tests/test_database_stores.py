@@ -610,7 +610,7 @@ class TestSyncMethodsOutsideALoop:
             try:
                 for i in range(10):
                     store.save("ns", entry(content=[n, i]))
-            except BaseException as exc:
+            except BaseException as exc:  # noqa: BLE001  # reported by the test thread
                 errors.append(exc)
 
         threads = [threading.Thread(target=work, args=(n,)) for n in range(4)]

@@ -49,7 +49,7 @@ class TestMixedCallers:
             try:
                 for i in range(300):
                     memory.add_turn("mixed", f"sync {i}", "ok")
-            except BaseException as exc:  # reported below, not lost in the thread
+            except BaseException as exc:  # noqa: BLE001  # reported below, not lost in the thread
                 errors.append(exc)
 
         async def task(n: int) -> None:
@@ -62,7 +62,7 @@ class TestMixedCallers:
         def loop_thread() -> None:
             try:
                 asyncio.run(async_side())
-            except BaseException as exc:
+            except BaseException as exc:  # noqa: BLE001  # reported below
                 errors.append(exc)
 
         threads = [threading.Thread(target=sync_side), threading.Thread(target=loop_thread)]

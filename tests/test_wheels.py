@@ -226,7 +226,8 @@ def check_contents(artefact: Artefact) -> None:
         extension: set[str] = set()
     else:
         # One abi3 wheel serves every CPython >= 3.11; a bare linux tag would not be installable.
-        assert tags.startswith("cp311-abi3-") and "-linux_" not in tags, artefact.path.name
+        assert tags.startswith("cp311-abi3-"), artefact.path.name
+        assert "-linux_" not in tags, artefact.path.name
         extension = {n for n in package if re.fullmatch(r"memlane/_core\.(abi3\.so|pyd)", n)}
         assert len(extension) == 1, sorted(package)
     assert package - extension == source_files(), "wheel and python/memlane differ"
@@ -303,7 +304,7 @@ def check_extras(env: Venv, artefact: Artefact, cwd: Path) -> None:
     resolved = {
         item["metadata"]["name"].lower() for item in json.loads(report.read_text())["install"]
     }
-    assert ALL_INSTALLS <= resolved, f"[all] lacks {sorted(ALL_INSTALLS - resolved)}"
+    assert resolved >= ALL_INSTALLS, f"[all] lacks {sorted(ALL_INSTALLS - resolved)}"
 
 
 # The pytest side: one artefact per pass, built and installed once per session.

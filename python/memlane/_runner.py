@@ -77,7 +77,7 @@ def run_sync(plan: Plan[T], store: Any, summarizer: Summarizer | None = None) ->
             else:
                 try:
                     result = _perform_sync(op, store, summarizer)  # type: ignore[arg-type]
-                except Exception as exc:  # handed to the plan, which decides
+                except Exception as exc:  # noqa: BLE001  # handed to the plan, which decides
                     op = plan.throw(exc)
                 else:
                     op = plan.send(result)
@@ -104,7 +104,7 @@ async def run_async(plan: Plan[T], store: Any, summarizer: Summarizer | None = N
             else:
                 try:
                     result = await _perform_async(op, store, summarizer)  # type: ignore[arg-type]
-                except Exception as exc:  # handed to the plan, which decides
+                except Exception as exc:  # noqa: BLE001  # handed to the plan, which decides
                     op = plan.throw(exc)
                 else:
                     op = plan.send(result)

@@ -188,7 +188,7 @@ class ConversationLogic:
     def _summarize_plan(self, cid: str, state: ConversationState, count: int) -> Plan[None]:
         try:
             summary = yield Summarize(self._summary_input(state, count))
-        except Exception:
+        except Exception:  # noqa: BLE001  # a failing summarizer must never lose the turn
             logger.warning("memlane: summarizer failed; turns kept unsummarised", exc_info=True)
             return
         if not isinstance(summary, str):
