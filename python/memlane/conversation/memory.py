@@ -13,8 +13,9 @@ arguments, takes the conversation's lock and runs the plans of
 
 from __future__ import annotations
 
+import inspect
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse
@@ -76,23 +77,55 @@ def _sync_reader(
 
 
 def _history(state: ConversationState | None) -> list[ModelMessage]:
+    """The messages to send with the next request: summary first, then whole recent turns.
+
+    The estimates of what is returned sum to at most ``max_tokens``. An unknown conversation
+    has an empty history.
+    """
     return [] if state is None else state.history()
 
 
+def _tokens(state: ConversationState | None) -> int:
+    """Estimated tokens of :meth:`get_message_history` (summary included)."""
+    return 0 if state is None else state.history_tokens
+
+
 def _turns(state: ConversationState | None) -> list[ConversationTurn]:
+    """Retained turns (not yet summarised), oldest first."""
     return [] if state is None else state.turns()
 
 
 def _total(state: ConversationState | None) -> int:
+    """Sum of the token estimates of the retained turns (the summary excluded)."""
     return 0 if state is None else int(state.ledger.total)
 
 
 def _summary(state: ConversationState | None) -> str | None:
+    """The rolling summary of evicted turns, or ``None``."""
     return None if state is None else state.summary
 
 
-def _tokens(state: ConversationState | None) -> int:
-    return 0 if state is None else state.history_tokens
+def _readers(
+    name: str, read: Callable[[ConversationState | None], T]
+) -> tuple[Callable[[Any, str], T], Callable[[Any, str], Coroutine[Any, Any, T]]]:
+    """``name`` and ``async_name``: ``read(state)`` of a conversation, documented by ``read``."""
+
+    def plan(self: ConversationMemory, conversation_id: str) -> Plan[T]:
+        return self._read_plan(conversation_id, read)
+
+    plan.__name__ = f"_{name}"
+    plan.__qualname__ = f"ConversationMemory._{name}"
+    plan.__doc__ = read.__doc__
+    plan.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [
+            inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD),
+            inspect.Parameter(
+                "conversation_id", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation="str"
+            ),
+        ],
+        return_annotation=f"Plan[{inspect.signature(read).return_annotation}]",
+    )
+    return _sync_reader(plan, read), async_method(plan)
 
 
 class ConversationMemory(ConversationLogic):
@@ -224,44 +257,12 @@ class ConversationMemory(ConversationLogic):
 
     # ------------------------------------------------------------------ reading
 
-    def _get_message_history(self, conversation_id: str) -> Plan[list[ModelMessage]]:
-        """The messages to send with the next request: summary first, then whole recent turns.
-
-        The estimates of what is returned sum to at most ``max_tokens``. An unknown
-        conversation has an empty history.
-        """
-        return self._read_plan(conversation_id, _history)
-
-    get_message_history = _sync_reader(_get_message_history, _history)
-    async_get_message_history = async_method(_get_message_history)
-
-    def _get_history_tokens(self, conversation_id: str) -> Plan[int]:
-        """Estimated tokens of :meth:`get_message_history` (summary included)."""
-        return self._read_plan(conversation_id, _tokens)
-
-    get_history_tokens = _sync_reader(_get_history_tokens, _tokens)
-    async_get_history_tokens = async_method(_get_history_tokens)
-
-    def _get_turns(self, conversation_id: str) -> Plan[list[ConversationTurn]]:
-        """Retained turns (not yet summarised), oldest first."""
-        return self._read_plan(conversation_id, _turns)
-
-    get_turns = _sync_reader(_get_turns, _turns)
-    async_get_turns = async_method(_get_turns)
-
-    def _get_total_tokens(self, conversation_id: str) -> Plan[int]:
-        """Sum of the token estimates of the retained turns (the summary excluded)."""
-        return self._read_plan(conversation_id, _total)
-
-    get_total_tokens = _sync_reader(_get_total_tokens, _total)
-    async_get_total_tokens = async_method(_get_total_tokens)
-
-    def _get_summary(self, conversation_id: str) -> Plan[str | None]:
-        """The rolling summary of evicted turns, or ``None``."""
-        return self._read_plan(conversation_id, _summary)
-
-    get_summary = _sync_reader(_get_summary, _summary)
-    async_get_summary = async_method(_get_summary)
+    # Each reader is read(state) of one conversation under its lock (None: an unknown id).
+    get_message_history, async_get_message_history = _readers("get_message_history", _history)
+    get_history_tokens, async_get_history_tokens = _readers("get_history_tokens", _tokens)
+    get_turns, async_get_turns = _readers("get_turns", _turns)
+    get_total_tokens, async_get_total_tokens = _readers("get_total_tokens", _total)
+    get_summary, async_get_summary = _readers("get_summary", _summary)
 
     def _conversation_ids(self) -> Plan[list[str]]:
         """Ids of every known conversation (in this process and in the store)."""
