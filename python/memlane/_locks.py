@@ -62,7 +62,7 @@ class HybridLock:
             if self._token.acquire(blocking=False):  # released while we took the mutex
                 self._owner_loop = None
                 return
-            loop = _running_loop()
+            loop = running_loop()
             if loop is not None and (
                 loop is self._owner_loop or any(w.loop is loop for w in self._waiters)
             ):
@@ -140,7 +140,8 @@ class HybridLock:
         self.release()
 
 
-def _running_loop() -> asyncio.AbstractEventLoop | None:
+def running_loop() -> asyncio.AbstractEventLoop | None:
+    """The event loop running in this thread, or ``None``."""
     try:
         return asyncio.get_running_loop()
     except RuntimeError:

@@ -22,6 +22,7 @@ from datetime import datetime
 from types import ModuleType
 from typing import Any, Generic, TypeVar
 
+from memlane._locks import running_loop
 from memlane._validate import check_seconds, check_str
 from memlane.errors import StoreConnectionError
 from memlane.stores._base import ContextManaged, blocking
@@ -136,13 +137,6 @@ class LoopThread:
             loop.call_soon_threadsafe(loop.stop)
             if thread is not threading.current_thread():
                 thread.join()
-
-
-def _running_loop() -> asyncio.AbstractEventLoop | None:
-    try:
-        return asyncio.get_running_loop()
-    except RuntimeError:
-        return None
 
 
 class NetworkStore(ContextManaged, Generic[R]):
@@ -296,7 +290,7 @@ class NetworkStore(ContextManaged, Generic[R]):
         waiting for it (use :meth:`async_close` there to wait). The store stays usable: a
         later call opens new connections.
         """
-        current = _running_loop()
+        current = running_loop()
         for loop, resource in self._take_resources():
             if loop is current:
                 self._close_soon(resource, loop)
