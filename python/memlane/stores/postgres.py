@@ -20,7 +20,7 @@ from typing import Any
 from memlane._validate import check_positive_int, check_str, type_name
 from memlane.errors import InvalidValueError
 from memlane.stores._network import NetworkStore, require, utf8_problem
-from memlane.stores.protocol import entry_to_row, row_to_entry
+from memlane.stores.protocol import entry_to_row, find_in_json, row_to_entry
 from memlane.types import MemoryEntry, as_utc
 
 __all__ = ["PostgreSQLStore", "check_schema_name"]
@@ -90,25 +90,19 @@ def _jsonb_encode(value: Any) -> str:
     return "[" + ",".join(_jsonb_encode(v) for v in value) + "]"
 
 
+def _text_scalar(value: Any, path: str) -> tuple[str, str] | None:
+    problem = text_problem(value) if isinstance(value, str) else None
+    return None if problem is None else (path, problem)
+
+
+def _text_key(k: str, path: str) -> tuple[str, str] | None:
+    problem = text_problem(k)
+    return None if problem is None else (f"{path} (dict key {k!r})", problem)
+
+
 def _find_text_problem(value: Any, path: str) -> tuple[str, str] | None:
     """The first string (or dict key) PostgreSQL cannot hold: ``(where, why)``."""
-    if isinstance(value, str):
-        problem = text_problem(value)
-        return None if problem is None else (path, problem)
-    if isinstance(value, dict):
-        for k, item in value.items():
-            problem = text_problem(k)
-            if problem is not None:
-                return f"{path} (dict key {k!r})", problem
-            found = _find_text_problem(item, f"{path}[{k!r}]")
-            if found:
-                return found
-    elif isinstance(value, list | tuple):
-        for i, item in enumerate(value):
-            found = _find_text_problem(item, f"{path}[{i}]")
-            if found:
-                return found
-    return None
+    return find_in_json(value, path, _text_scalar, _text_key)
 
 
 def _cannot_hold(entry_id: str, where: str, why: str) -> InvalidValueError:

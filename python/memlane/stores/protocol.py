@@ -11,14 +11,17 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from datetime import UTC, datetime
 from types import TracebackType
-from typing import Any, Protocol, Self, runtime_checkable
+from typing import Any, Protocol, Self, TypeVar, runtime_checkable
 
 from memlane._pure.store import Row
 from memlane._validate import check_identifier, check_str, type_name
 from memlane.errors import CorruptStoreError, UnstorableValueError
 from memlane.types import MemoryEntry, MemoryScope
+
+T = TypeVar("T")
 
 __all__ = [
     "AsyncMemoryStore",
@@ -203,27 +206,49 @@ def _is_plain_json(value: Any) -> bool:
     return True
 
 
-def _find_unstorable(value: Any, path: str) -> str | None:
-    """Where ``value`` stops being plain JSON (``None`` if it is), e.g. ``content['a'][2]``."""
+def find_in_json(
+    value: Any,
+    path: str,
+    scalar: Callable[[Any, str], T | None],
+    key: Callable[[Any, str], T | None],
+) -> T | None:
+    """The first problem in a JSON-like value, depth first, or ``None``.
+
+    ``key(k, path)`` judges each dict key and ``scalar(item, path)`` each value that is not a
+    dict, list or tuple; ``path`` names where it is, e.g. ``content['a'][2]``.
+    """
+    if isinstance(value, dict):
+        for k, item in value.items():
+            found = key(k, path)
+            if found is None:
+                found = find_in_json(item, f"{path}[{k!r}]", scalar, key)
+            if found is not None:
+                return found
+        return None
+    if isinstance(value, list | tuple):
+        for i, item in enumerate(value):
+            found = find_in_json(item, f"{path}[{i}]", scalar, key)
+            if found is not None:
+                return found
+        return None
+    return scalar(value, path)
+
+
+def _json_scalar(value: Any, path: str) -> str | None:
     if value is None or isinstance(value, bool | str | int):
         return None
     if isinstance(value, float):
         return None if math.isfinite(value) else f"{path} (non-finite float {value!r})"
-    if isinstance(value, list | tuple):
-        for i, item in enumerate(value):
-            found = _find_unstorable(item, f"{path}[{i}]")
-            if found:
-                return found
-        return None
-    if isinstance(value, dict):
-        for k, item in value.items():
-            if not isinstance(k, str):
-                return f"{path} (dict key {k!r} of type {type_name(k)})"
-            found = _find_unstorable(item, f"{path}[{k!r}]")
-            if found:
-                return found
-        return None
     return f"{path} (type {type_name(value)})"
+
+
+def _json_key(k: Any, path: str) -> str | None:
+    return None if isinstance(k, str) else f"{path} (dict key {k!r} of type {type_name(k)})"
+
+
+def _find_unstorable(value: Any, path: str) -> str | None:
+    """Where ``value`` stops being plain JSON (``None`` if it is), e.g. ``content['a'][2]``."""
+    return find_in_json(value, path, _json_scalar, _json_key)
 
 
 def _unstorable(key: str | None, found: str) -> UnstorableValueError:
