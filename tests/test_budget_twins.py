@@ -20,7 +20,7 @@ def outcome(call: Callable[..., Any], *args: Any) -> tuple[Any, ...]:
     """The result of a call, or the class and message of what it raised."""
     try:
         return ("ok", call(*args))
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - the point is to compare any failure
         return ("raised", type(exc), str(exc))
 
 

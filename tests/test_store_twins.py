@@ -42,7 +42,7 @@ def outcome(call: Callable[..., Any], *args: Any) -> tuple[Any, ...]:
     """The result of a call, or the class and message of what it raised."""
     try:
         return ("ok", call(*args))
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - the point is to compare any failure
         return ("raised", type(exc), str(exc))
 
 
@@ -345,7 +345,7 @@ class TestSqliteReleasesTheGil:
             try:
                 for i in range(100):
                     table.save(f"ns{worker}", row(f"w{worker}-{i}", key=f"k{i}"))
-            except BaseException as exc:
+            except BaseException as exc:  # noqa: BLE001 - reported by the main thread
                 errors.append(exc)
 
         threads = [threading.Thread(target=saver, args=(w,)) for w in range(4)]

@@ -37,12 +37,6 @@ def _repair(text: str) -> str:
     return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
 
 
-def _text(text: object, what: str) -> str:
-    if not isinstance(text, str):
-        raise TypeError(f"{what} must be str, not {type_name(text)}")
-    return text
-
-
 class TokenEstimator:
     """Counts tokens exactly (BPE over the bundled rank files) or by a word heuristic.
 
@@ -130,8 +124,10 @@ class TokenEstimator:
         Raises:
             TypeError: ``text`` is not a ``str``.
         """
+        if not isinstance(text, str):
+            raise TypeError(f"text must be str, not {type_name(text)}")
         try:
-            return self._count(_text(text, "text"))
+            return self._count(text)
         except UnicodeEncodeError:
             return self._count(_repair(text))
 
@@ -154,7 +150,8 @@ class TokenEstimator:
         except TypeError:
             raise TypeError(f"texts must be an iterable of str, not {type_name(texts)}") from None
         for i, item in enumerate(items):
-            _text(item, f"texts[{i}]")
+            if not isinstance(item, str):
+                raise TypeError(f"texts[{i}] must be str, not {type_name(item)}")
         try:
             return self._count_many(items)
         except UnicodeEncodeError:
