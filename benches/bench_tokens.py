@@ -630,12 +630,12 @@ def _profile_per_message(cfg: Config, result: WorkloadResult, log: Callable[[str
         if r.case.startswith("per message (") and r.median_s
     }
     lines = ["Per-message time split into fixed per-call cost (1-char text) and counting work:"]
-    for name in (RUST, TIKTOKEN, BPE):
-        if name in per_call and name in per_msg:
-            lines.append(
-                f"  {name:16s} per message {per_msg[name] * 1e6:7.2f} µs = call {per_call[name] * 1e6:5.2f} µs"
-                f" + counting {(per_msg[name] - per_call[name]) * 1e6:7.2f} µs"
-            )
+    lines.extend(
+        f"  {name:16s} per message {per_msg[name] * 1e6:7.2f} µs = call {per_call[name] * 1e6:5.2f} µs"
+        f" + counting {(per_msg[name] - per_call[name]) * 1e6:7.2f} µs"
+        for name in (RUST, TIKTOKEN, BPE)
+        if name in per_call and name in per_msg
+    )
     for name, report in reports.items():
         if report:
             lines += [

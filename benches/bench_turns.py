@@ -76,21 +76,17 @@ class MemlaneTurns:
         """A fresh memory and store with ``conversations`` conversations (off the clock)."""
         from memlane.conversation import ConversationMemory
         from memlane.store import InMemoryStore, SQLiteStore
-        from memlane.tokens import PyTokenEstimator
+        from memlane.tokens import TokenEstimator
 
         self.close()
         if self.rust:
             require_rust(
-                "TokenEstimator",
+                "Encoder",
                 "BudgetLedger",
                 "MemoryTable" if self.store_kind == "memory" else "SqliteTable",
             )
         with memlane_backend(self.rust):
-            est = (
-                require_rust("TokenEstimator").TokenEstimator(mode=self.mode)
-                if self.rust
-                else PyTokenEstimator(mode=self.mode)
-            )
+            est = TokenEstimator(mode=self.mode)
             if self.store_kind == "memory":
                 store: Any = InMemoryStore()
             else:

@@ -293,8 +293,12 @@ def memlane_backend(rust: bool) -> Iterator[None]:
 
 
 def implementation(obj: Any) -> str:
-    """``"rust"`` for an object of the extension, else ``"python"``."""
-    return "rust" if type(obj).__module__.startswith("memlane._core") else "python"
+    """``"rust"`` for an object of the extension, else ``"python"``.
+
+    An estimator is judged by its counting engine: the class is Python on both paths.
+    """
+    engine = getattr(getattr(obj, "_count", None), "__self__", obj)
+    return "rust" if type(engine).__module__.startswith("memlane._core") else "python"
 
 
 # ---------------------------------------------------------------------------- profiles

@@ -182,7 +182,7 @@ def results_markdown(
             "",
             (
                 "Where memlane's time goes when a target is missed: cProfile sorted by own time (entries "
-                "such as `<method 'estimate_many' of 'memlane._core.TokenEstimator' objects>` are time "
+                "such as `<method 'count_many' of 'memlane._core.Encoder' objects>` are time "
                 "inside the Rust extension), and perf for the Rust counter (memlane's extension ships "
                 "stripped, so its samples show as addresses unless MEMLANE_BENCH_SYMBOLS_SO names an "
                 "unstripped build of the same commit; see benches/bench_tokens.py)."
