@@ -39,14 +39,6 @@ def require_rust_core() -> ModuleType:
     return core
 
 
-@pytest.fixture(params=["rust", "python"])
-def backend(request: pytest.FixtureRequest) -> str:
-    """Runs a test once per implementation; the Rust run fails loudly if there is none."""
-    if request.param == "rust":
-        require_rust_core()
-    return str(request.param)
-
-
 @pytest.fixture(scope="session", params=["rust", "python"])
 def impl(request: pytest.FixtureRequest) -> _backend.Implementation:
     """Each implementation in turn, for the whole session (multidict's ``impl`` fixture).
@@ -58,6 +50,12 @@ def impl(request: pytest.FixtureRequest) -> _backend.Implementation:
     if request.param == "rust":
         require_rust_core()
     return _backend.implementation(request.param)
+
+
+@pytest.fixture
+def backend(impl: _backend.Implementation) -> str:
+    """The name of the test's implementation (``impl``), for tests that pick twins by name."""
+    return impl.name
 
 
 @pytest.fixture(autouse=True)
