@@ -108,7 +108,7 @@ class TestMixedCallers:
 
 
 class TestHybridLock:
-    """One FIFO lock for threads and tasks; cancellation never leaks it."""
+    """One lock for threads and tasks: no wake-up is lost, and cancellation never leaks it."""
 
     async def test_cancelled_waiter_does_not_keep_the_lock(self) -> None:
         lock = HybridLock()
@@ -128,7 +128,7 @@ class TestHybridLock:
         first = asyncio.create_task(lock.async_acquire())
         second = asyncio.create_task(lock.async_acquire())
         await asyncio.sleep(0)
-        lock.release()  # hands the lock to `first`, whose wake-up is scheduled
+        lock.release()  # wakes `first`, whose wake-up is scheduled
         first.cancel()
         with pytest.raises(asyncio.CancelledError):
             await first
@@ -147,28 +147,41 @@ class TestHybridLock:
         memory.add_turn("c", "hi", "there")
         assert len(memory.get_turns("c")) == 1
 
-    def test_waiters_are_served_in_arrival_order(self) -> None:
+    def test_every_waiter_is_served_once_and_alone(self) -> None:
         lock = HybridLock()
         lock.acquire()
-        order: list[int] = []
-        started = []
+        served: list[int] = []
+        inside = [0]
 
         def worker(n: int) -> None:
             with lock:
-                order.append(n)
+                inside[0] += 1
+                assert inside[0] == 1
+                served.append(n)
+                inside[0] -= 1
 
-        threads = []
-        for n in range(5):
-            t = threading.Thread(target=worker, args=(n,))
+        threads = [threading.Thread(target=worker, args=(n,)) for n in range(8)]
+        for t in threads:
             t.start()
-            started.append(t)
-            while len(lock._waiters) < n + 1:  # each queues before the next starts
-                threading.Event().wait(0.001)
-            threads.append(t)
+        while len(lock._waiters) < 8:  # all queued behind the holder
+            threading.Event().wait(0.001)
         lock.release()
         for t in threads:
             t.join()
-        assert order == [0, 1, 2, 3, 4]
+        assert sorted(served) == list(range(8))
+
+    async def test_sync_call_behind_a_task_of_its_own_loop_does_not_deadlock(self) -> None:
+        # The release wakes the queued task first, but this thread blocks that task's loop:
+        # the sync caller must still get the free lock.
+        lock = HybridLock()
+        lock.acquire()
+        task = asyncio.create_task(lock.async_acquire())
+        await asyncio.sleep(0)
+        threading.Timer(0.05, lock.release).start()
+        lock.acquire()
+        lock.release()
+        await asyncio.wait_for(task, timeout=5)
+        lock.release()
 
 
 # ---------------------------------------------------------------------------- one script, two APIs

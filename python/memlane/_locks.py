@@ -3,8 +3,8 @@
 A web host calls memlane from sync routes (threads) and async routes (tasks on one or more
 event loops) at once. A ``threading.Lock`` would block an event loop while it waits, and an
 ``asyncio.Lock`` excludes only tasks of its own loop, so each alone lets the other kind of
-caller interleave. :class:`HybridLock` is a FIFO lock that a thread waits for by blocking
-and a task waits for by awaiting a future, so both kinds of caller are serialised together.
+caller interleave. :class:`HybridLock` is a lock that a thread waits for by blocking and a
+task waits for by awaiting a future, so both kinds of caller are serialised together.
 """
 
 from __future__ import annotations
@@ -12,6 +12,8 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections import deque
+
+_RETRY_SECONDS = 0.05
 
 
 class _Waiter:
@@ -31,22 +33,31 @@ class _Waiter:
 
 
 class HybridLock:
-    """A non-reentrant FIFO lock: ``with lock:`` in threads, ``async with lock:`` in tasks.
+    """A non-reentrant lock: ``with lock:`` in threads, ``async with lock:`` in tasks.
 
-    Release hands the lock straight to the first waiter, so a stream of new callers cannot
-    starve one that is queued.
+    Ownership is a plain ``threading.Lock`` (the *token*) taken without blocking, so the
+    uncontended path is one try to acquire and one release: every conversation call passes
+    through it. A caller that finds the token taken queues a waiter, then tries again; release
+    frees the token and wakes the first waiter, which tries again in turn. Because a waiter
+    enqueues *before* its last try and release frees the token *before* it looks at the
+    queue, either the releaser sees the waiter or the waiter sees the free token: no wake-up
+    is lost.
     """
 
     __slots__ = ("_mutex", "_owner_loop", "_token", "_waiters")
 
     def __init__(self) -> None:
-        # Held by the owner. It is freed only when nobody waits (otherwise release hands it
-        # over still held), so an uncontended acquire is one non-blocking try, and a caller
-        # can never take it ahead of a queued waiter.
         self._token = threading.Lock()
         self._mutex = threading.Lock()  # guards the queue, never held while waiting
         self._owner_loop: asyncio.AbstractEventLoop | None = None
         self._waiters: deque[_Waiter] = deque()
+
+    def try_acquire(self) -> bool:
+        """Takes the lock if it is free, without waiting; whether it did."""
+        if self._token.acquire(blocking=False):
+            self._owner_loop = None
+            return True
+        return False
 
     def acquire(self) -> None:
         """Blocks the calling thread until it holds the lock.
@@ -58,22 +69,26 @@ class HybridLock:
         if self._token.acquire(blocking=False):
             self._owner_loop = None
             return
+        loop = running_loop()
+        if loop is not None and loop is self._owner_loop:
+            raise RuntimeError(
+                "a sync memlane call inside a running event loop would wait for a task of "
+                "that loop; use the async_* method instead"
+            )
+        waiter = _Waiter(event=threading.Event())
+        event = waiter.event
+        assert event is not None
         with self._mutex:
-            if self._token.acquire(blocking=False):  # released while we took the mutex
-                self._owner_loop = None
-                return
-            loop = running_loop()
-            if loop is not None and (
-                loop is self._owner_loop or any(w.loop is loop for w in self._waiters)
-            ):
-                raise RuntimeError(
-                    "a sync memlane call inside a running event loop would wait for a task of "
-                    "that loop; use the async_* method instead"
-                )
-            waiter = _Waiter(event=threading.Event())
             self._waiters.append(waiter)
-        assert waiter.event is not None
-        waiter.event.wait()
+        try:
+            # The timeout is a safety net, not the mechanism: a wake-up can go to a task whose
+            # loop this very thread is blocking, and then only a retry finds the free token.
+            while not self._token.acquire(blocking=False):
+                event.wait(_RETRY_SECONDS)
+                event.clear()
+        finally:
+            self._leave(waiter)
+        self._owner_loop = None
 
     async def async_acquire(self) -> None:
         """Waits, without blocking the event loop, until the calling task holds the lock."""
@@ -81,53 +96,48 @@ class HybridLock:
         if self._token.acquire(blocking=False):
             self._owner_loop = loop
             return
+        waiter = _Waiter(loop=loop, future=loop.create_future())
         with self._mutex:
-            if self._token.acquire(blocking=False):
-                self._owner_loop = loop
-                return
-            waiter = _Waiter(loop=loop, future=loop.create_future())
             self._waiters.append(waiter)
-        assert waiter.future is not None
         try:
-            await waiter.future
-        except asyncio.CancelledError:
-            with self._mutex:
-                if waiter in self._waiters:
-                    self._waiters.remove(waiter)
-                    raise
-            # The lock was handed to us as we were cancelled. If the hand-over already
-            # completed we own it and pass it on; otherwise _wake sees the cancelled future
-            # and passes it on itself.
-            if waiter.future.done() and not waiter.future.cancelled():
-                self.release()
-            raise
+            while not self._token.acquire(blocking=False):
+                assert waiter.future is not None
+                await waiter.future
+                waiter.future = loop.create_future()
+        finally:
+            self._leave(waiter)
+        self._owner_loop = loop
+
+    def _leave(self, waiter: _Waiter) -> None:
+        """Dequeues ``waiter``; if it leaves without the lock, the wake-up it got passes on."""
+        with self._mutex:
+            self._waiters.remove(waiter)
+        if not self._token.locked():  # cancelled, or failed, after a release woke it
+            self._wake_first()
 
     def release(self, *_exc_info: object) -> None:
-        """Releases the lock, handing it to the first waiter if there is one."""
-        mutex = self._mutex
-        mutex.acquire()  # not `with`: this runs on every conversation call
-        if not self._waiters:
-            self._token.release()
-            mutex.release()
-            return
-        waiter = self._waiters.popleft()
-        self._owner_loop = waiter.loop
-        mutex.release()
+        """Releases the lock and wakes the first waiter, if any."""
+        self._owner_loop = None
+        self._token.release()
+        if self._waiters:
+            self._wake_first()
+
+    def _wake_first(self) -> None:
+        with self._mutex:
+            if not self._waiters:
+                return
+            waiter = self._waiters[0]
         if waiter.event is not None:
             waiter.event.set()
             return
         assert waiter.loop is not None
         try:
-            waiter.loop.call_soon_threadsafe(self._wake, waiter)
-        except RuntimeError:  # the waiter's loop has closed: nobody will take the lock there
-            self.release()
-
-    def _wake(self, waiter: _Waiter) -> None:
-        assert waiter.future is not None
-        if waiter.future.done():  # its task was cancelled while the lock was on its way
-            self.release()
-        else:
-            waiter.future.set_result(None)
+            waiter.loop.call_soon_threadsafe(_wake, waiter)
+        except RuntimeError:  # its loop has closed; the waiter can never take the lock
+            with self._mutex:
+                if waiter in self._waiters:
+                    self._waiters.remove(waiter)
+            self._wake_first()
 
     # Aliases rather than wrappers: every conversation call passes through them.
     __enter__ = acquire
@@ -140,6 +150,12 @@ class HybridLock:
         self.release()
 
 
+def _wake(waiter: _Waiter) -> None:
+    # Runs on the waiter's loop, so it cannot race the task replacing its future.
+    if waiter.future is not None and not waiter.future.done():
+        waiter.future.set_result(None)
+
+
 def running_loop() -> asyncio.AbstractEventLoop | None:
     """The event loop running in this thread, or ``None``."""
     try:
@@ -148,20 +164,14 @@ def running_loop() -> asyncio.AbstractEventLoop | None:
         return None
 
 
-class LockTable:
+class LockTable(dict[str, HybridLock]):
     """One :class:`HybridLock` per key, created on first use and kept.
 
     A lock is a few dozen bytes beside the conversation state it guards; keeping it avoids a
-    race in which a dropped lock is recreated while a waiter still queues on the old one.
+    race in which a dropped lock is recreated while a waiter still queues on the old one. A
+    ``dict`` subclass, so finding an existing lock is a plain dictionary lookup.
     """
 
-    def __init__(self) -> None:
-        self._guard = threading.Lock()
-        self._locks: dict[str, HybridLock] = {}
-
-    def __getitem__(self, key: str) -> HybridLock:
-        lock = self._locks.get(key)
-        if lock is None:
-            with self._guard:
-                lock = self._locks.setdefault(key, HybridLock())
-        return lock
+    def __missing__(self, key: str) -> HybridLock:
+        # setdefault is atomic: two threads creating the same key's lock get one lock.
+        return self.setdefault(key, HybridLock())

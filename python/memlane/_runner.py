@@ -22,7 +22,7 @@ import asyncio
 import inspect
 from collections.abc import Awaitable, Callable, Coroutine, Generator
 from dataclasses import dataclass
-from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
+from typing import Any, Concatenate, Generic, ParamSpec, Protocol, TypeVar
 
 from memlane._locks import HybridLock
 from memlane.types import ConversationTurn
@@ -57,12 +57,28 @@ Op = StoreCall | Summarize | HybridLock | Release
 Plan = Generator[Op, Any, T]
 """A plan: yields operations, receives their results, returns its own result."""
 
+
+class Done(Generic[T]):
+    """A plan's result, when producing it needed no store call and no waiting."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: T) -> None:
+        self.value = value
+
+
+Step = Plan[T] | Done[T]
+"""What a plan method returns: a plan for a runner, or its result already."""
+
 Summarizer = Callable[[list[ConversationTurn]], "str | Awaitable[str]"]
 
 
-def run_sync(plan: Plan[T], store: Any, summarizer: Summarizer | None = None) -> T:
+def run_sync(plan: Step[T], store: Any, summarizer: Summarizer | None = None) -> T:
     """Runs ``plan`` to completion with blocking store calls."""
     # Every conversation call passes through here: the loop is kept to the bare protocol.
+    if plan.__class__ is Done:
+        return plan.value  # type: ignore[union-attr]
+    assert not isinstance(plan, Done)
     held: list[HybridLock] = []
     try:
         op = plan.send(None)
@@ -88,8 +104,10 @@ def run_sync(plan: Plan[T], store: Any, summarizer: Summarizer | None = None) ->
             lock.release()
 
 
-async def run_async(plan: Plan[T], store: Any, summarizer: Summarizer | None = None) -> T:
+async def run_async(plan: Step[T], store: Any, summarizer: Summarizer | None = None) -> T:
     """Runs ``plan`` to completion, awaiting the store's ``async_`` methods."""
+    if isinstance(plan, Done):
+        return plan.value
     held: list[HybridLock] = []
     try:
         op = plan.send(None)
@@ -133,7 +151,7 @@ class Runs(Protocol):
 S = TypeVar("S", bound=Runs)
 
 
-def sync_method(plan: Callable[Concatenate[S, P], Plan[T]]) -> Callable[Concatenate[S, P], T]:
+def sync_method(plan: Callable[Concatenate[S, P], Step[T]]) -> Callable[Concatenate[S, P], T]:
     """The blocking public method of plan method ``_name``: ``name``."""
 
     def method(self: S, /, *args: P.args, **kwargs: P.kwargs) -> T:
@@ -143,7 +161,7 @@ def sync_method(plan: Callable[Concatenate[S, P], Plan[T]]) -> Callable[Concaten
 
 
 def async_method(
-    plan: Callable[Concatenate[S, P], Plan[T]],
+    plan: Callable[Concatenate[S, P], Step[T]],
 ) -> Callable[Concatenate[S, P], Coroutine[Any, Any, T]]:
     """The awaitable public method of plan method ``_name``: ``async_name``."""
 
@@ -163,8 +181,9 @@ def describe(method: F, plan: Callable[..., Any], *, sync: bool) -> F:
     name = plan.__name__.lstrip("_")
     signature = inspect.signature(plan)
     returns = signature.return_annotation
-    if isinstance(returns, str) and returns.startswith("Plan[") and returns.endswith("]"):
-        returns = returns[len("Plan[") : -1]
+    for wrapper in ("Plan[", "Step["):
+        if isinstance(returns, str) and returns.startswith(wrapper) and returns.endswith("]"):
+            returns = returns[len(wrapper) : -1]
     method.__name__ = name if sync else f"async_{name}"
     method.__qualname__ = plan.__qualname__.rsplit(".", 1)[0] + "." + method.__name__
     method.__module__ = plan.__module__

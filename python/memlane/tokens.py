@@ -149,13 +149,23 @@ class TokenEstimator:
             items = list(texts)
         except TypeError:
             raise TypeError(f"texts must be an iterable of str, not {type_name(texts)}") from None
-        for i, item in enumerate(items):
-            if not isinstance(item, str):
-                raise TypeError(f"texts[{i}] must be str, not {type_name(item)}")
+        # One C-level pass in the common case; the slow loop only finds the culprit.
+        if not all(map(str.__instancecheck__, items)):
+            for i, item in enumerate(items):
+                if not isinstance(item, str):
+                    raise TypeError(f"texts[{i}] must be str, not {type_name(item)}")
+        return self._estimate_texts(items)
+
+    def _estimate_texts(self, texts: list[str]) -> list[int]:
+        """:meth:`estimate_many` of a list already known to hold only ``str``.
+
+        memlane's own callers (a conversation counting the turn it just validated) use it
+        to skip checking every text twice.
+        """
         try:
-            return self._count_many(items)
+            return self._count_many(texts)
         except UnicodeEncodeError:
-            return self._count_many([_repair(t) for t in items])
+            return self._count_many([_repair(t) for t in texts])
 
     def fits(self, text: str, max_tokens: int) -> bool:
         """Whether ``text`` fits in ``max_tokens`` tokens.

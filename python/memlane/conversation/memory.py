@@ -22,8 +22,10 @@ from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse
 
 from memlane._locks import LockTable
 from memlane._runner import (
+    Done,
     Plan,
     Release,
+    Step,
     Summarizer,
     async_method,
     describe,
@@ -168,6 +170,13 @@ class ConversationMemory(ConversationLogic):
         if summarizer is not None and not callable(summarizer):
             raise TypeError(f"summarizer must be callable, not {type(summarizer).__name__}")
         self.estimator = estimator if estimator is not None else TokenEstimator()
+        # Turn texts are validated str already: memlane's own estimator is asked through its
+        # counting engine directly (no second type check, no Python frame per turn).
+        self._count_texts = (
+            self.estimator._count_many
+            if isinstance(self.estimator, TokenEstimator)
+            else self.estimator.estimate_many
+        )
         self.summarizer = summarizer
         bind_estimator = getattr(summarizer, "bind_estimator", None)
         if callable(bind_estimator):
@@ -178,9 +187,6 @@ class ConversationMemory(ConversationLogic):
         self._persistent = bool(getattr(self.store, "persistent", True))
         self._states: dict[str, ConversationState] = {}
         self._locks = LockTable()
-
-    def _summarizes(self) -> bool:
-        return self.summarizer is not None
 
     @staticmethod
     def namespace(conversation_id: str) -> str:
@@ -227,7 +233,7 @@ class ConversationMemory(ConversationLogic):
         raw_messages: list[ModelMessage] | None = None,
         *,
         metadata: dict[str, Any] | None = None,
-    ) -> Plan[ConversationTurn]:
+    ) -> Step[ConversationTurn]:
         """Appends a turn (creating the conversation if needed) and keeps the budget.
 
         Args:
@@ -250,6 +256,12 @@ class ConversationMemory(ConversationLogic):
         cid, messages, tokens = self._check_turn(
             conversation_id, user_prompt, assistant_response, raw_messages, metadata
         )
+        if not self._persistent and self.summarizer is None:
+            turn = self._add_turn_now(
+                cid, user_prompt, assistant_response, messages, metadata, tokens
+            )
+            if turn is not None:
+                return Done(turn)
         return self._add_turn_plan(cid, user_prompt, assistant_response, messages, metadata, tokens)
 
     add_turn = sync_method(_add_turn)

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 from pydantic_ai.messages import ModelMessage
 
 from memlane._locks import LockTable
-from memlane._runner import Plan, StoreCall, Summarize
+from memlane._runner import Plan, StoreCall, Summarize, Summarizer
 from memlane._validate import check_identifier
 from memlane.conversation.snapshot import ParsedSnapshot
 from memlane.conversation.state import (
@@ -49,19 +49,18 @@ def check_cid(conversation_id: object) -> str:
 class ConversationLogic:
     """Per-conversation states and the plans that read and change them.
 
-    Subclasses supply ``max_tokens``, ``summarize_threshold``, ``estimator``, whether a
-    summarizer is set and whether the store outlives the process.
+    Subclasses supply ``max_tokens``, ``summarize_threshold``, ``estimator``,
+    ``summarizer`` and whether the store outlives the process.
     """
 
     max_tokens: int
     summarize_threshold: int
     estimator: TokenEstimator
+    summarizer: Summarizer | None
     _persistent: bool
     _states: dict[str, ConversationState]
     _locks: LockTable
-
-    def _summarizes(self) -> bool:
-        raise NotImplementedError
+    _count_texts: Callable[[list[str]], list[int]]
 
     # ------------------------------------------------------------------ loading
 
@@ -113,9 +112,11 @@ class ConversationLogic:
         self, user_prompt: str, assistant_response: str, messages: list[ModelMessage] | None
     ) -> int:
         """A turn's token estimate; pure, so it is counted before the lock is taken."""
-        if messages is None:
-            return sum(self.estimator.estimate_many([user_prompt, assistant_response]))
-        return sum(self.estimator.estimate_many(message_texts(messages)))
+        texts = [user_prompt, assistant_response] if messages is None else message_texts(messages)
+        try:
+            return sum(self._count_texts(texts))
+        except UnicodeEncodeError:  # a lone surrogate: the estimator's own path repairs it
+            return sum(self.estimator.estimate_many(texts))
 
     def _add_turn_plan(
         self,
@@ -131,18 +132,7 @@ class ConversationLogic:
         if state is None:  # first use here: load or create it (a generator costs on every turn)
             state = yield from self._state_plan(cid, create=True)
             assert state is not None
-        at = utc_now()
-        turn = new_turn(
-            turn_id=state.next_turn_id,
-            user_prompt=user_prompt,
-            assistant_response=assistant_response,
-            raw_messages=messages
-            if messages is not None
-            else default_messages(user_prompt, assistant_response, at),
-            timestamp=at,
-            token_estimate=tokens,
-            metadata=dict(metadata) if metadata else {},
-        )
+        turn = self._next_turn(state, user_prompt, assistant_response, messages, metadata, tokens)
         entry_id = ""
         if self._persistent:
             entry_id = uuid.uuid4().hex
@@ -153,11 +143,65 @@ class ConversationLogic:
             yield from self._summarize_plan(cid, state, count)
         return turn
 
+    def _add_turn_now(
+        self,
+        cid: str,
+        user_prompt: str,
+        assistant_response: str,
+        messages: list[ModelMessage] | None,
+        metadata: dict[str, Any] | None,
+        tokens: int,
+    ) -> ConversationTurn | None:
+        """:meth:`_add_turn_plan` done at once, or ``None`` if that needs its runner.
+
+        On a store that is not persisted, with no summarizer and the state in hand, adding a
+        turn is pure bookkeeping: it needs no store call and, unless another caller holds the
+        conversation, no waiting. Doing it here spares the plan machinery on the hot path
+        of an in-memory host; the caller has checked the first two conditions.
+        """
+        lock = self._locks[cid]
+        if not lock.try_acquire():
+            return None
+        try:
+            state = self._states.get(cid)  # read under the lock: clear() may have dropped it
+            if state is None:
+                return None
+            turn = self._next_turn(
+                state, user_prompt, assistant_response, messages, metadata, tokens
+            )
+            state.append(turn, "", default_messages=messages is None)
+        finally:
+            lock.release()
+        return turn
+
+    @staticmethod
+    def _next_turn(
+        state: ConversationState,
+        user_prompt: str,
+        assistant_response: str,
+        messages: list[ModelMessage] | None,
+        metadata: dict[str, Any] | None,
+        tokens: int,
+    ) -> ConversationTurn:
+        """The turn that follows ``state``'s last one (not yet kept)."""
+        at = utc_now()
+        return new_turn(
+            turn_id=state.next_turn_id,
+            user_prompt=user_prompt,
+            assistant_response=assistant_response,
+            raw_messages=messages
+            if messages is not None
+            else default_messages(user_prompt, assistant_response, at),
+            timestamp=at,
+            token_estimate=tokens,
+            metadata=dict(metadata) if metadata else {},
+        )
+
     # ------------------------------------------------------------------ summaries
 
     def _eviction_count(self, state: ConversationState) -> int:
         """How many of the oldest turns to fold into the summary (0: none)."""
-        if not self._summarizes() or state.ledger.total <= self.summarize_threshold:
+        if self.summarizer is None or state.ledger.total <= self.summarize_threshold:
             return 0
         excess = state.ledger.total - self.summarize_threshold
         count = 0
