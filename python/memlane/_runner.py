@@ -31,12 +31,23 @@ T = TypeVar("T")
 P = ParamSpec("P")
 
 
-@dataclass(frozen=True, slots=True)
-class StoreCall:
-    """Call store method ``method`` (``async_<method>`` on the async path) with ``args``."""
+class StoreCall(Generic[T]):
+    """Call store method ``method`` (``async_<method>`` on the async path) with ``args``.
 
-    method: str
-    args: tuple[Any, ...]
+    Yielded by a plan, the call's result is sent back into the plan. Returned by a plan
+    method as the whole plan (an operation that is one store call, as most of working
+    memory's are), the runner returns ``then(result)``, or the result itself, without the
+    generator machinery.
+    """
+
+    __slots__ = ("args", "method", "then")
+
+    def __init__(
+        self, method: str, args: tuple[Any, ...], then: Callable[[Any], T] | None = None
+    ) -> None:
+        self.method = method
+        self.args = args
+        self.then = then
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +64,7 @@ class Release:
     lock: HybridLock
 
 
-Op = StoreCall | Summarize | HybridLock | Release
+Op = StoreCall[Any] | Summarize | HybridLock | Release
 Plan = Generator[Op, Any, T]
 """A plan: yields operations, receives their results, returns its own result."""
 
@@ -67,7 +78,7 @@ class Done(Generic[T]):
         self.value = value
 
 
-Step = Plan[T] | Done[T]
+Step = Plan[T] | Done[T] | StoreCall[T]
 """What a plan method returns: a plan for a runner, or its result already."""
 
 Summarizer = Callable[[list[ConversationTurn]], "str | Awaitable[str]"]
@@ -76,9 +87,13 @@ Summarizer = Callable[[list[ConversationTurn]], "str | Awaitable[str]"]
 def run_sync(plan: Step[T], store: Any, summarizer: Summarizer | None = None) -> T:
     """Runs ``plan`` to completion with blocking store calls."""
     # Every conversation call passes through here: the loop is kept to the bare protocol.
+    if plan.__class__ is StoreCall:
+        method = getattr(store, plan.method, None)  # type: ignore[union-attr]
+        result = method(*plan.args) if method is not None else _fallback(store, plan)  # type: ignore[arg-type, union-attr]
+        return result if plan.then is None else plan.then(result)  # type: ignore[union-attr]
     if plan.__class__ is Done:
         return plan.value  # type: ignore[union-attr]
-    assert not isinstance(plan, Done)
+    assert not isinstance(plan, Done | StoreCall)
     held: list[HybridLock] = []
     try:
         op = plan.send(None)
@@ -108,6 +123,9 @@ async def run_async(plan: Step[T], store: Any, summarizer: Summarizer | None = N
     """Runs ``plan`` to completion, awaiting the store's ``async_`` methods."""
     if isinstance(plan, Done):
         return plan.value
+    if isinstance(plan, StoreCall):
+        result = await _perform_async(plan, store, summarizer)
+        return result if plan.then is None else plan.then(result)
     held: list[HybridLock] = []
     try:
         op = plan.send(None)
@@ -194,7 +212,7 @@ def describe(method: F, plan: Callable[..., Any], *, sync: bool) -> F:
     return method
 
 
-def _perform_sync(op: StoreCall | Summarize, store: Any, summarizer: Summarizer | None) -> Any:
+def _perform_sync(op: StoreCall[Any] | Summarize, store: Any, summarizer: Summarizer | None) -> Any:
     if isinstance(op, StoreCall):
         method = getattr(store, op.method, None)
         if method is None:
@@ -208,7 +226,7 @@ def _perform_sync(op: StoreCall | Summarize, store: Any, summarizer: Summarizer 
 
 
 async def _perform_async(
-    op: StoreCall | Summarize, store: Any, summarizer: Summarizer | None
+    op: StoreCall[Any] | Summarize, store: Any, summarizer: Summarizer | None
 ) -> Any:
     if isinstance(op, StoreCall):
         method = getattr(store, "async_" + op.method, None)
@@ -225,7 +243,7 @@ async def _perform_async(
     return summary
 
 
-def _fallback(store: Any, op: StoreCall) -> Any:
+def _fallback(store: Any, op: StoreCall[Any]) -> Any:
     # save_many is an optional batch method: a store written against the bare protocol
     # gets one save per entry.
     if op.method != "save_many":
@@ -236,7 +254,7 @@ def _fallback(store: Any, op: StoreCall) -> Any:
     return None
 
 
-async def _async_fallback(store: Any, op: StoreCall) -> Any:
+async def _async_fallback(store: Any, op: StoreCall[Any]) -> Any:
     if op.method != "save_many":
         raise AttributeError(f"{type(store).__name__} has no async_{op.method}()")
     namespace, entries = op.args

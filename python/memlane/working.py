@@ -10,7 +10,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, TypeVar
 
-from memlane._runner import Plan, StoreCall, async_method, sync_method
+from memlane._runner import Plan, Step, StoreCall, async_method, sync_method
 from memlane._validate import check_fraction, check_identifier, check_str, check_ttl
 from memlane.stores import InMemoryStore, MemoryStore
 from memlane.types import MemoryEntry, MemoryScope, utc_now
@@ -58,7 +58,7 @@ class WorkingMemory:
         *,
         importance: float = 0.5,
         ttl: float | timedelta | None = None,
-    ) -> Plan[None]:
+    ) -> Step[None]:
         """Stores ``value`` under ``key``, replacing any previous value atomically.
 
         Args:
@@ -83,14 +83,14 @@ class WorkingMemory:
             expires_at=None if lifetime is None else now + lifetime,
             importance=importance,
         )
-        yield StoreCall("save", (self.namespace, entry))
+        return StoreCall("save", (self.namespace, entry))
 
     set = sync_method(_set)
     async_set = async_method(_set)
 
     def _delete(self, key: str) -> Plan[bool]:
         """Removes ``key``; whether it was there."""
-        entry = yield from self._get_entry(key)
+        entry = yield self._get_entry(key)
         if entry is None:
             return False
         deleted: bool = yield StoreCall("delete", (self.namespace, entry.entry_id))
@@ -99,37 +99,37 @@ class WorkingMemory:
     delete = sync_method(_delete)
     async_delete = async_method(_delete)
 
-    def _clear(self) -> Plan[int]:
+    def _clear(self) -> Step[int]:
         """Removes every fact of this scope; how many."""
-        count: int = yield StoreCall("clear", (self.namespace,))
-        return count
+        return StoreCall("clear", (self.namespace,))
 
     clear = sync_method(_clear)
     async_clear = async_method(_clear)
 
     # ------------------------------------------------------------------ reading one fact
 
-    def _get_entry(self, key: str) -> Plan[MemoryEntry | None]:
+    def _lookup(self, key: str, then: Callable[[MemoryEntry | None], T]) -> StoreCall[T]:
+        if type(key) is not str:
+            check_str(key, "key")
+        return StoreCall("load_by_key", (self.namespace, key), then)
+
+    def _get_entry(self, key: str) -> StoreCall[MemoryEntry | None]:
         """The stored entry for ``key`` (with importance and expiry), or ``None``."""
-        entry: MemoryEntry | None = yield StoreCall(
-            "load_by_key", (self.namespace, check_str(key, "key"))
-        )
-        return entry
+        return self._lookup(key, _same)
 
     get_entry = sync_method(_get_entry)
     async_get_entry = async_method(_get_entry)
 
-    def _get(self, key: str, default: Any = None) -> Plan[Any]:
+    def _get(self, key: str, default: Any = None) -> Step[Any]:
         """The value stored under ``key``, or ``default``."""
-        entry = yield from self._get_entry(key)
-        return default if entry is None else entry.content
+        return self._lookup(key, lambda entry: default if entry is None else entry.content)
 
     get = sync_method(_get)
     async_get = async_method(_get)
 
-    def _has(self, key: str) -> Plan[bool]:
+    def _has(self, key: str) -> Step[bool]:
         """Whether an unexpired value is stored under ``key``."""
-        return (yield from self._get_entry(key)) is not None
+        return self._lookup(key, _found)
 
     has = sync_method(_has)
     async_has = async_method(_has)
@@ -139,29 +139,28 @@ class WorkingMemory:
 
     # ------------------------------------------------------------------ reading every fact
 
-    def _view(self, view: Callable[[list[MemoryEntry]], T]) -> Plan[T]:
-        entries: list[MemoryEntry] = yield StoreCall("load", (self.namespace,))
-        return view([e for e in entries if e.key is not None])
+    def _view(self, view: Callable[[list[MemoryEntry]], T]) -> StoreCall[T]:
+        return StoreCall("load", (self.namespace,), lambda entries: view(_keyed_entries(entries)))
 
-    def _entries(self) -> Plan[list[MemoryEntry]]:
+    def _entries(self) -> Step[list[MemoryEntry]]:
         """Every unexpired keyed entry, in insertion order."""
-        return (yield from self._view(list))
+        return self._view(list)
 
-    def _keys(self) -> Plan[list[str]]:
+    def _keys(self) -> Step[list[str]]:
         """Keys in insertion order."""
-        return (yield from self._view(_keys))
+        return self._view(_keys)
 
-    def _items(self) -> Plan[list[tuple[str, Any]]]:
+    def _items(self) -> Step[list[tuple[str, Any]]]:
         """``(key, value)`` pairs in insertion order."""
-        return (yield from self._view(_keyed))
+        return self._view(_keyed)
 
-    def _to_dict(self) -> Plan[dict[str, Any]]:
+    def _to_dict(self) -> Step[dict[str, Any]]:
         """All facts as a ``dict``."""
-        return (yield from self._view(_as_dict))
+        return self._view(_as_dict)
 
-    def _to_context_string(self) -> Plan[str]:
+    def _to_context_string(self) -> Step[str]:
         """The facts as prompt text: ``"Working Memory:\\n- key: value"`` lines, ``""`` if none."""
-        return (yield from self._view(_context))
+        return self._view(_context)
 
     entries, async_entries = sync_method(_entries), async_method(_entries)
     keys, async_keys = sync_method(_keys), async_method(_keys)
@@ -172,6 +171,18 @@ class WorkingMemory:
 
     def __len__(self) -> int:
         return len(self.entries())
+
+
+def _same(entry: MemoryEntry | None) -> MemoryEntry | None:
+    return entry
+
+
+def _found(entry: MemoryEntry | None) -> bool:
+    return entry is not None
+
+
+def _keyed_entries(entries: list[MemoryEntry]) -> list[MemoryEntry]:
+    return [e for e in entries if e.key is not None]
 
 
 def _keys(entries: list[MemoryEntry]) -> list[str]:
