@@ -33,7 +33,7 @@ from memlane._runner import (
     sync_method,
 )
 from memlane._validate import check_positive_int, check_str
-from memlane.conversation.plan import ConversationLogic, check_cid
+from memlane.conversation.plan import ConversationLogic, NewTurn, check_cid
 from memlane.conversation.snapshot import export_snapshot, parse_snapshot
 from memlane.conversation.state import ConversationState, namespace
 from memlane.stores import InMemoryStore, MemoryStore
@@ -205,25 +205,14 @@ class ConversationMemory(ConversationLogic):
     new_conversation = sync_method(_new_conversation)
     async_new_conversation = async_method(_new_conversation)
 
-    def _check_turn(
-        self,
-        conversation_id: object,
-        user_prompt: object,
-        assistant_response: object,
-        raw_messages: object,
-        metadata: object,
-    ) -> tuple[str, list[ModelMessage] | None, int]:
-        """Validates add_turn's arguments before anything is stored; counts the turn."""
-        cid = check_cid(conversation_id)
-        prompt = check_str(user_prompt, "user_prompt")
-        response = check_str(assistant_response, "assistant_response")
-        messages = None if raw_messages is None else _check_messages(raw_messages)
-        if metadata is not None:
-            if not isinstance(metadata, dict):
-                raise TypeError(f"metadata must be dict, not {type(metadata).__name__}")
-            if self._persistent:
-                dumps_json(metadata, key=None, field="metadata")
-        return cid, messages, self._count(prompt, response, messages)
+    def _check_metadata(self, metadata: object) -> dict[str, Any] | None:
+        if metadata is None:
+            return None
+        if not isinstance(metadata, dict):
+            raise TypeError(f"metadata must be dict, not {type(metadata).__name__}")
+        if self._persistent:
+            dumps_json(metadata, key=None, field="metadata")
+        return metadata
 
     def _add_turn(
         self,
@@ -253,16 +242,23 @@ class ConversationMemory(ConversationLogic):
         """
         # Validated and counted here, before the plan takes the lock: counting is the costly
         # part of a turn, and a bad argument fails before anything is stored.
-        cid, messages, tokens = self._check_turn(
-            conversation_id, user_prompt, assistant_response, raw_messages, metadata
+        cid = check_cid(conversation_id)
+        prompt = check_str(user_prompt, "user_prompt")
+        response = check_str(assistant_response, "assistant_response")
+        messages = None if raw_messages is None else _check_messages(raw_messages)
+        new = NewTurn(
+            cid,
+            prompt,
+            response,
+            messages,
+            self._check_metadata(metadata),
+            self._count(prompt, response, messages),
         )
         if not self._persistent and self.summarizer is None:
-            turn = self._add_turn_now(
-                cid, user_prompt, assistant_response, messages, metadata, tokens
-            )
+            turn = self._add_turn_now(new)
             if turn is not None:
                 return Done(turn)
-        return self._add_turn_plan(cid, user_prompt, assistant_response, messages, metadata, tokens)
+        return self._add_turn_plan(new)
 
     add_turn = sync_method(_add_turn)
     async_add_turn = async_method(_add_turn)

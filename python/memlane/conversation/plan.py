@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from pydantic_ai.messages import ModelMessage
 
@@ -44,6 +44,17 @@ T = TypeVar("T")
 def check_cid(conversation_id: object) -> str:
     """A conversation id: a non-empty ``str`` without NUL."""
     return check_identifier(conversation_id, "conversation_id")
+
+
+class NewTurn(NamedTuple):
+    """add_turn's validated arguments and the turn's token estimate."""
+
+    cid: str
+    user_prompt: str
+    assistant_response: str
+    messages: list[ModelMessage] | None
+    metadata: dict[str, Any] | None
+    tokens: int
 
 
 class ConversationLogic:
@@ -118,40 +129,25 @@ class ConversationLogic:
         except UnicodeEncodeError:  # a lone surrogate: the estimator's own path repairs it
             return sum(self.estimator.estimate_many(texts))
 
-    def _add_turn_plan(
-        self,
-        cid: str,
-        user_prompt: str,
-        assistant_response: str,
-        messages: list[ModelMessage] | None,
-        metadata: dict[str, Any] | None,
-        tokens: int,
-    ) -> Plan[ConversationTurn]:
+    def _add_turn_plan(self, new: NewTurn) -> Plan[ConversationTurn]:
+        cid = new.cid
         yield self._locks[cid]
         state = self._states.get(cid)
         if state is None:  # first use here: load or create it (a generator costs on every turn)
             state = yield from self._state_plan(cid, create=True)
             assert state is not None
-        turn = self._next_turn(state, user_prompt, assistant_response, messages, metadata, tokens)
+        turn = self._next_turn(state, new)
         entry_id = ""
         if self._persistent:
             entry_id = uuid.uuid4().hex
             yield StoreCall("save", (namespace(cid), turn_entry(turn, entry_id)))
-        state.append(turn, entry_id, default_messages=messages is None)
+        state.append(turn, entry_id, default_messages=new.messages is None)
         count = self._eviction_count(state)
         if count:
             yield from self._summarize_plan(cid, state, count)
         return turn
 
-    def _add_turn_now(
-        self,
-        cid: str,
-        user_prompt: str,
-        assistant_response: str,
-        messages: list[ModelMessage] | None,
-        metadata: dict[str, Any] | None,
-        tokens: int,
-    ) -> ConversationTurn | None:
+    def _add_turn_now(self, new: NewTurn) -> ConversationTurn | None:
         """:meth:`_add_turn_plan` done at once, or ``None`` if that needs its runner.
 
         On a store that is not persisted, with no summarizer and the state in hand, adding a
@@ -159,42 +155,34 @@ class ConversationLogic:
         conversation, no waiting. Doing it here spares the plan machinery on the hot path
         of an in-memory host; the caller has checked the first two conditions.
         """
-        lock = self._locks[cid]
+        lock = self._locks[new.cid]
         if not lock.try_acquire():
             return None
         try:
-            state = self._states.get(cid)  # read under the lock: clear() may have dropped it
+            state = self._states.get(new.cid)  # read under the lock: clear() may have dropped it
             if state is None:
                 return None
-            turn = self._next_turn(
-                state, user_prompt, assistant_response, messages, metadata, tokens
-            )
-            state.append(turn, "", default_messages=messages is None)
+            turn = self._next_turn(state, new)
+            state.append(turn, "", default_messages=new.messages is None)
         finally:
             lock.release()
         return turn
 
     @staticmethod
-    def _next_turn(
-        state: ConversationState,
-        user_prompt: str,
-        assistant_response: str,
-        messages: list[ModelMessage] | None,
-        metadata: dict[str, Any] | None,
-        tokens: int,
-    ) -> ConversationTurn:
+    def _next_turn(state: ConversationState, new: NewTurn) -> ConversationTurn:
         """The turn that follows ``state``'s last one (not yet kept)."""
         at = utc_now()
+        messages = new.messages
         return new_turn(
             turn_id=state.next_turn_id,
-            user_prompt=user_prompt,
-            assistant_response=assistant_response,
+            user_prompt=new.user_prompt,
+            assistant_response=new.assistant_response,
             raw_messages=messages
             if messages is not None
-            else default_messages(user_prompt, assistant_response, at),
+            else default_messages(new.user_prompt, new.assistant_response, at),
             timestamp=at,
-            token_estimate=tokens,
-            metadata=dict(metadata) if metadata else {},
+            token_estimate=new.tokens,
+            metadata=dict(new.metadata) if new.metadata else {},
         )
 
     # ------------------------------------------------------------------ summaries

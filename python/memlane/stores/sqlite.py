@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import sqlite3
 from pathlib import Path
-from types import TracebackType
 
 from memlane import _backend
 from memlane.errors import CorruptStoreError, StoreError, StorePathError
@@ -59,12 +58,7 @@ class _SqliteErrors:
     def __enter__(self) -> None:
         return None
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, _type: object, exc: BaseException | None, _tb: object) -> None:
         if isinstance(exc, sqlite3.Error):
             raise sqlite_error(exc, self.path) from exc
 
