@@ -25,6 +25,21 @@ settings.register_profile(
 settings.load_profile("memlane")
 
 
+SYNC_METHODS = [
+    "save",
+    "save_many",
+    "load",
+    "load_by_key",
+    "delete",
+    "clear",
+    "namespaces",
+    "cleanup_expired",
+    "initialize",
+    "close",
+]
+"""Every store's sync methods; each has an ``async_`` twin (the one method set of all stores)."""
+
+
 def require_rust_core() -> ModuleType:
     """The extension, which differential tests need on both passes of the suite.
 

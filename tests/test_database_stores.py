@@ -29,6 +29,7 @@ from motor.motor_asyncio import AsyncIOMotorClient
 from pymongo import AsyncMongoClient
 from pymongo.errors import InvalidOperation
 
+from conftest import SYNC_METHODS
 from db_servers import Server
 from memlane import ConversationMemory, InMemoryStore, MemoryManager, MemoryStore
 from memlane.errors import InvalidValueError, StoreConnectionError, UnstorableValueError
@@ -680,19 +681,6 @@ class TestEachEventLoopGetsItsOwnConnections:
 
 
 # ---------------------------------------------------------------------------- one method set
-
-SYNC_METHODS = [
-    "save",
-    "save_many",
-    "load",
-    "load_by_key",
-    "delete",
-    "clear",
-    "namespaces",
-    "cleanup_expired",
-    "initialize",
-    "close",
-]
 
 
 class TestUniformMethods:

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from conftest import SYNC_METHODS
 from memlane import (
     CorruptStoreError,
     FileStore,
@@ -317,20 +318,6 @@ class TestFileStore:
         for i in range(10):
             fs.save("ns", entry(f"k{i}", i))
         assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".tmp")] == []
-
-
-SYNC_METHODS = [
-    "save",
-    "save_many",
-    "load",
-    "load_by_key",
-    "delete",
-    "clear",
-    "namespaces",
-    "cleanup_expired",
-    "initialize",
-    "close",
-]
 
 
 class TestUniformMethods:
