@@ -68,7 +68,9 @@ def _sync_reader(
     """
 
     def method(self: ConversationMemory, conversation_id: str) -> T:
-        cid = check_cid(conversation_id)
+        cid = conversation_id
+        if type(cid) is not str or not cid or "\x00" in cid:  # the check, inline when it passes
+            check_cid(cid)
         with self._locks[cid]:
             state = self._states.get(cid)
             if state is not None or not self._persistent:
