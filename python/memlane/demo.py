@@ -327,7 +327,9 @@ def _travel_agent(chat_model: Model, memory: MemoryManager) -> MemoryAgent[str]:
         """The usual weather in a city in May."""
         return _WEATHER.get(city.lower(), "mild, 20°C")
 
-    @agent.tool_plain
+    # Sequential: pydantic-ai runs one response's tool calls in parallel by default, and two
+    # remembers in one response would then save (and list) their facts in either order.
+    @agent.tool_plain(sequential=True)
     def remember(key: str, value: str) -> str:
         """Saves a fact about the user or the trip to working memory."""
         memory.set_fact(key, value)
