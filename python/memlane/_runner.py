@@ -88,8 +88,7 @@ def run_sync(plan: Step[T], store: Any, summarizer: Summarizer | None = None) ->
     """Runs ``plan`` to completion with blocking store calls."""
     # Every conversation call passes through here: the loop is kept to the bare protocol.
     if plan.__class__ is StoreCall:
-        method = getattr(store, plan.method, None)  # type: ignore[union-attr]
-        result = method(*plan.args) if method is not None else _fallback(store, plan)  # type: ignore[arg-type, union-attr]
+        result = _call_sync(plan, store)  # type: ignore[arg-type]
         return result if plan.then is None else plan.then(result)  # type: ignore[union-attr]
     if plan.__class__ is Done:
         return plan.value  # type: ignore[union-attr]
@@ -212,12 +211,14 @@ def describe(method: F, plan: Callable[..., Any], *, sync: bool) -> F:
     return method
 
 
+def _call_sync(op: StoreCall[Any], store: Any) -> Any:
+    method = getattr(store, op.method, None)
+    return method(*op.args) if method is not None else _fallback(store, op)
+
+
 def _perform_sync(op: StoreCall[Any] | Summarize, store: Any, summarizer: Summarizer | None) -> Any:
     if isinstance(op, StoreCall):
-        method = getattr(store, op.method, None)
-        if method is None:
-            return _fallback(store, op)
-        return method(*op.args)
+        return _call_sync(op, store)
     assert summarizer is not None
     summary = summarizer(op.turns)
     if inspect.isawaitable(summary):
