@@ -21,6 +21,7 @@ FIELDS = list(MemlaneSettings.model_fields)
 INT_VARIABLES = [
     "MEMLANE_MAX_CONVERSATION_TOKENS",
     "MEMLANE_SUMMARIZE_THRESHOLD",
+    "MEMLANE_MAX_CACHED_CONVERSATIONS",
     "MEMLANE_POSTGRES_POOL_SIZE",
     "MEMLANE_POSTGRES_POOL_MIN_SIZE",
     "MEMLANE_MONGODB_POOL_SIZE",
@@ -48,6 +49,8 @@ class TestDefaults:
             "backend": "in_memory",
             "max_conversation_tokens": 128_000,
             "summarize_threshold": 10,
+            "summarize_in_background": False,
+            "max_cached_conversations": 10_000,
             "file_dir": ".memlane",
             "sqlite_path": ".memlane/memory.sqlite3",
             "postgres_url": None,
@@ -75,6 +78,8 @@ class TestVariablesAreRead:
             "MEMLANE_BACKEND": " Postgres ",
             "MEMLANE_MAX_CONVERSATION_TOKENS": "4096",
             "MEMLANE_SUMMARIZE_THRESHOLD": "3000",
+            "MEMLANE_SUMMARIZE_IN_BACKGROUND": "true",
+            "MEMLANE_MAX_CACHED_CONVERSATIONS": "500",
             "MEMLANE_FILE_DIR": "/data/files",
             "MEMLANE_SQLITE_PATH": "/data/db.sqlite3",
             "MEMLANE_POSTGRES_URL": "postgresql://u:p@db:5433/app",
@@ -91,6 +96,7 @@ class TestVariablesAreRead:
         settings = MemlaneSettings.from_env()
         assert settings.backend == "postgres"
         assert (settings.max_conversation_tokens, settings.summarize_threshold) == (4096, 3000)
+        assert (settings.summarize_in_background, settings.max_cached_conversations) == (True, 500)
         assert (settings.file_dir, settings.sqlite_path) == ("/data/files", "/data/db.sqlite3")
         assert settings.postgres_url == "postgresql://u:p@db:5433/app"
         assert (settings.postgres_pool_size, settings.postgres_pool_min_size) == (20, 5)
@@ -327,3 +333,18 @@ class TestDatabaseBackends:
         clean_env.setenv("MEMLANE_POSTGRES_URL", "postgresql://postgres@127.0.0.1:9/x")
         with pytest.raises(ConnectionError, match=re.escape("127.0.0.1:9")):
             MemoryManager.from_config()
+
+
+def test_from_config_passes_the_fleet_settings(
+    clean_env: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    clean_env.setenv("MEMLANE_BACKEND", "sqlite")
+    clean_env.setenv("MEMLANE_SQLITE_PATH", str(tmp_path / "m.db"))
+    clean_env.setenv("MEMLANE_SUMMARIZE_IN_BACKGROUND", "1")
+    clean_env.setenv("MEMLANE_MAX_CACHED_CONVERSATIONS", "3")
+    manager = MemoryManager.from_config()
+    try:
+        assert manager.conversation.summarize_in_background is True
+        assert manager.conversation.max_cached_conversations == 3
+    finally:
+        manager.close()

@@ -139,6 +139,10 @@ class HybridLock:
                     self._waiters.remove(waiter)
             self._wake_first()
 
+    def idle(self) -> bool:
+        """Whether nobody holds the lock or waits for it (a table may then drop it)."""
+        return not self._token.locked() and not self._waiters
+
     # Aliases rather than wrappers: every conversation call passes through them.
     __enter__ = acquire
     __exit__ = release
@@ -165,11 +169,12 @@ def running_loop() -> asyncio.AbstractEventLoop | None:
 
 
 class LockTable(dict[str, HybridLock]):
-    """One :class:`HybridLock` per key, created on first use and kept.
+    """One :class:`HybridLock` per key, created on first use.
 
-    A lock is a few dozen bytes beside the conversation state it guards; keeping it avoids a
-    race in which a dropped lock is recreated while a waiter still queues on the old one. A
-    ``dict`` subclass, so finding an existing lock is a plain dictionary lookup.
+    A ``dict`` subclass, so finding an existing lock is a plain dictionary lookup. A table
+    that drops idle locks (a host's bounded cache does) lets a caller holding a dropped lock
+    race one holding its replacement: such callers take the lock, then check that the table
+    still holds that very lock (``ConversationLogic._locked``).
     """
 
     def __missing__(self, key: str) -> HybridLock:

@@ -19,7 +19,9 @@ pair (``name`` and ``async_name``), with the plan's signature and docstring.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import inspect
+import threading
 from collections.abc import Awaitable, Callable, Coroutine, Generator
 from dataclasses import dataclass
 from typing import Any, Concatenate, Generic, ParamSpec, Protocol, TypeVar
@@ -64,7 +66,19 @@ class Release:
     lock: HybridLock
 
 
-Op = StoreCall[Any] | Summarize | HybridLock | Release
+@dataclass(frozen=True, slots=True)
+class Spawn:
+    """Start ``plan()`` in the background; the result sent back is its handle.
+
+    The sync runner submits it to a worker thread (a ``concurrent.futures.Future``), the
+    async runner makes it a task on the running loop (an ``asyncio.Task``): either way the
+    caller returns without waiting for it.
+    """
+
+    plan: Callable[[], Plan[Any]]
+
+
+Op = StoreCall[Any] | Summarize | HybridLock | Release | Spawn
 Plan = Generator[Op, Any, T]
 """A plan: yields operations, receives their results, returns its own result."""
 
@@ -104,6 +118,10 @@ def run_sync(plan: Step[T], store: Any, summarizer: Summarizer | None = None) ->
             elif op.__class__ is Release:
                 _release(held, op)  # type: ignore[arg-type]
                 op = plan.send(None)
+            elif op.__class__ is Spawn:
+                op = plan.send(
+                    _background().submit(run_sync, op.plan(), store, summarizer)  # type: ignore[union-attr]
+                )
             else:
                 try:
                     result = _perform_sync(op, store, summarizer)  # type: ignore[arg-type]
@@ -136,6 +154,12 @@ async def run_async(plan: Step[T], store: Any, summarizer: Summarizer | None = N
             elif op.__class__ is Release:
                 _release(held, op)  # type: ignore[arg-type]
                 op = plan.send(None)
+            elif op.__class__ is Spawn:
+                op = plan.send(
+                    asyncio.get_running_loop().create_task(
+                        run_async(op.plan(), store, summarizer)  # type: ignore[union-attr]
+                    )
+                )
             else:
                 try:
                     result = await _perform_async(op, store, summarizer)  # type: ignore[arg-type]
@@ -153,6 +177,21 @@ async def run_async(plan: Step[T], store: Any, summarizer: Summarizer | None = N
 def _release(held: list[HybridLock], op: Release) -> None:
     held.remove(op.lock)
     op.lock.release()
+
+
+_background_pool: concurrent.futures.ThreadPoolExecutor | None = None
+_background_guard = threading.Lock()
+
+
+def _background() -> concurrent.futures.ThreadPoolExecutor:
+    """The worker threads that run background plans for sync callers (created on first use)."""
+    global _background_pool  # noqa: PLW0603  # one pool per process, made only if needed
+    with _background_guard:
+        if _background_pool is None:
+            _background_pool = concurrent.futures.ThreadPoolExecutor(
+                max_workers=8, thread_name_prefix="memlane-background"
+            )
+        return _background_pool
 
 
 # ---------------------------------------------------------------------------- method pairs
@@ -236,32 +275,72 @@ async def _perform_async(
         return await method(*op.args)
     assert summarizer is not None
     async_summarize = getattr(summarizer, "async_summarize", None)
-    summary = (
-        await async_summarize(op.turns) if async_summarize is not None else summarizer(op.turns)
-    )
+    if async_summarize is not None:
+        summary = await async_summarize(op.turns)
+    elif inspect.iscoroutinefunction(summarizer) or inspect.iscoroutinefunction(
+        getattr(summarizer, "__call__", None)  # noqa: B004  # an instance with async __call__
+    ):
+        summary = summarizer(op.turns)
+    else:
+        # A blocking summarizer (an LLM call, say) runs in a worker thread: it must never
+        # stall the event loop, which serves every other conversation meanwhile.
+        summary = await asyncio.to_thread(summarizer, op.turns)
     if inspect.isawaitable(summary):
         summary = await summary
     return summary
 
 
+# A store written against the protocol before it had save_many, save_if and load_range still
+# works through these, for one process: the conversation's lock serialises its writers there,
+# but nothing guards against another process, so a shared store needs the real methods.
+
+
 def _fallback(store: Any, op: StoreCall[Any]) -> Any:
-    # save_many is an optional batch method: a store written against the bare protocol
-    # gets one save per entry.
-    if op.method != "save_many":
-        raise AttributeError(f"{type(store).__name__} has no {op.method}()")
-    namespace, entries = op.args
-    for entry in entries:
+    if op.method == "save_many":
+        namespace, entries = op.args
+        for entry in entries:
+            store.save(namespace, entry)
+        return None
+    if op.method == "save_if":
+        namespace, entry, expected = op.args
+        if not _won(store.load_by_key(namespace, entry.key), expected):
+            return False
         store.save(namespace, entry)
-    return None
+        return True
+    if op.method == "load_range":
+        namespace, start, stop = op.args
+        return _in_range(store.load(namespace), start, stop)
+    raise AttributeError(f"{type(store).__name__} has no {op.method}()")
 
 
 async def _async_fallback(store: Any, op: StoreCall[Any]) -> Any:
-    if op.method != "save_many":
-        raise AttributeError(f"{type(store).__name__} has no async_{op.method}()")
-    namespace, entries = op.args
-    for entry in entries:
+    if op.method == "save_many":
+        namespace, entries = op.args
+        for entry in entries:
+            await store.async_save(namespace, entry)
+        return None
+    if op.method == "save_if":
+        namespace, entry, expected = op.args
+        if not _won(await store.async_load_by_key(namespace, entry.key), expected):
+            return False
         await store.async_save(namespace, entry)
-    return None
+        return True
+    if op.method == "load_range":
+        namespace, start, stop = op.args
+        return _in_range(await store.async_load(namespace), start, stop)
+    raise AttributeError(f"{type(store).__name__} has no async_{op.method}()")
+
+
+def _won(holder: Any, expected: int | None) -> bool:
+    if expected is None:
+        return holder is None
+    return holder is not None and getattr(holder, "version", 0) == expected
+
+
+def _in_range(entries: list[Any], start: str, stop: str) -> list[Any]:
+    found = [e for e in entries if e.key is not None and start <= e.key < stop]
+    found.sort(key=lambda e: e.key)
+    return found
 
 
 def _run_awaitable(awaitable: Awaitable[Any]) -> Any:

@@ -68,6 +68,9 @@ class MemoryManager:
         working_scope_id: Scope of this manager's working memory.
         summarizer: ``summarizer(turns) -> str``; ``None``: never summarise.
         estimator: Counts tokens; exact ``o200k_base`` by default.
+        summarize_in_background: Summarise after ``add_turn`` returns (see
+            :class:`~memlane.ConversationMemory`); :meth:`flush` waits for it.
+        max_cached_conversations: Conversations kept in memory over a persistent store.
     """
 
     def __init__(
@@ -79,14 +82,19 @@ class MemoryManager:
         working_scope_id: str = "default",
         summarizer: Summarizer | None = None,
         estimator: TokenEstimator | None = None,
+        summarize_in_background: bool = False,
+        max_cached_conversations: int = 10_000,
     ) -> None:
         self._store: MemoryStore = _check_store(store) if store is not None else InMemoryStore()
+        self._owns_store = store is None
         self._conversation = ConversationMemory(
             max_tokens=max_conversation_tokens,
             summarize_threshold=summarize_threshold,
             estimator=estimator,
             summarizer=summarizer,
             store=self._store,
+            summarize_in_background=summarize_in_background,
+            max_cached_conversations=max_cached_conversations,
         )
         self._working = WorkingMemory(store=self._store, scope_id=working_scope_id)
 
@@ -109,7 +117,9 @@ class MemoryManager:
         settings = settings if settings is not None else MemlaneSettings.from_env()
         store = create_store(settings)
         store.initialize()
-        return cls(store=store, **cls._options(settings, kwargs))
+        manager = cls(store=store, **cls._options(settings, kwargs))
+        manager._owns_store = True
+        return manager
 
     @classmethod
     async def async_from_config(
@@ -119,7 +129,9 @@ class MemoryManager:
         settings = settings if settings is not None else MemlaneSettings.from_env()
         store = create_store(settings)
         await store.async_initialize()
-        return cls(store=store, **cls._options(settings, kwargs))
+        manager = cls(store=store, **cls._options(settings, kwargs))
+        manager._owns_store = True
+        return manager
 
     afrom_config = async_from_config
     """The earlier name of :meth:`async_from_config`, kept so existing code runs."""
@@ -129,6 +141,8 @@ class MemoryManager:
         return {
             "max_conversation_tokens": settings.max_conversation_tokens,
             "summarize_threshold": settings.summarize_threshold,
+            "summarize_in_background": settings.summarize_in_background,
+            "max_cached_conversations": settings.max_cached_conversations,
             **kwargs,
         }
 
@@ -136,6 +150,7 @@ class MemoryManager:
     def _compose(cls, conversation: ConversationMemory, working: WorkingMemory) -> MemoryManager:
         manager = cls.__new__(cls)
         manager._store = conversation.store
+        manager._owns_store = False  # the manager it was forked from closes it
         manager._conversation = conversation
         manager._working = working
         return manager
@@ -174,6 +189,26 @@ class MemoryManager:
     async_get_message_history = _delegate(
         "_conversation", ConversationMemory.async_get_message_history
     )
+    get_turns = _delegate("_conversation", ConversationMemory.get_turns)
+    async_get_turns = _delegate("_conversation", ConversationMemory.async_get_turns)
+    get_history_tokens = _delegate("_conversation", ConversationMemory.get_history_tokens)
+    async_get_history_tokens = _delegate(
+        "_conversation", ConversationMemory.async_get_history_tokens
+    )
+    get_total_tokens = _delegate("_conversation", ConversationMemory.get_total_tokens)
+    async_get_total_tokens = _delegate("_conversation", ConversationMemory.async_get_total_tokens)
+    get_summary = _delegate("_conversation", ConversationMemory.get_summary)
+    async_get_summary = _delegate("_conversation", ConversationMemory.async_get_summary)
+    export_conversation = _delegate("_conversation", ConversationMemory.export_conversation)
+    async_export_conversation = _delegate(
+        "_conversation", ConversationMemory.async_export_conversation
+    )
+    import_conversation = _delegate("_conversation", ConversationMemory.import_conversation)
+    async_import_conversation = _delegate(
+        "_conversation", ConversationMemory.async_import_conversation
+    )
+    flush = _delegate("_conversation", ConversationMemory.flush)
+    async_flush = _delegate("_conversation", ConversationMemory.async_flush)
 
     def clear_conversation(self, conversation_id: str) -> None:
         """Forgets one conversation."""
@@ -226,3 +261,18 @@ class MemoryManager:
         """Async :meth:`clear_all`."""
         await self._conversation.async_clear_all()
         await self._working.async_clear()
+
+    # -------------------------------------------------------------- closing
+
+    def close(self) -> None:
+        """Waits for background summaries, then closes the store if this manager made it
+        (``from_config``, or the default in-memory store); a store passed in stays open."""
+        self._conversation.close()
+        if self._owns_store:
+            self._store.close()
+
+    async def async_close(self) -> None:
+        """Async :meth:`close`."""
+        await self._conversation.async_close()
+        if self._owns_store:
+            await self._store.async_close()

@@ -13,14 +13,17 @@ arguments, takes the conversation's lock and runs the plans of
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import inspect
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse
 
-from memlane._locks import LockTable
+from memlane._locks import LockTable, running_loop
 from memlane._runner import (
     Done,
     Plan,
@@ -63,19 +66,19 @@ def _sync_reader(
 ) -> Callable[[Any, str], T]:
     """The blocking reader of plan ``plan``, which returns ``read(state)``.
 
-    Reads are the hot path of an agent host, and a state already in hand needs no store
-    call: it is read under the lock directly, and the plan runs only to load it.
+    Reads are the hot path of an agent host. Where the store is this process's memory, the
+    cached state is the conversation: it is read under the lock directly. A persistent store
+    may hold turns other hosts added, so the plan runs to check for them.
     """
 
     def method(self: ConversationMemory, conversation_id: str) -> T:
         cid = conversation_id
+        if self._persistent:
+            return run_sync(plan(self, cid), self.store)
         if type(cid) is not str or not cid or "\x00" in cid:  # the check, inline when it passes
             check_cid(cid)
         with self._locks[cid]:
-            state = self._states.get(cid)
-            if state is not None or not self._persistent:
-                return read(state)
-        return run_sync(plan(self, cid), self.store)
+            return read(self._states.get(cid))
 
     return describe(method, plan, sync=True)
 
@@ -151,7 +154,19 @@ class ConversationMemory(ConversationLogic):
             summarise. It receives the previous summary (if any) as a leading turn with an
             empty ``user_prompt`` and ``metadata={"summary": True}``, then the evicted turns.
         store: Where turns and summaries persist; a private in-memory store by default. On a
-            persistent store a new instance after a restart returns the identical history.
+            persistent store a new instance after a restart returns the identical history,
+            and instances in other processes sharing the store (a fleet of hosts) see every
+            turn any of them committed, in one order with the same turn ids: each read
+            checks the store for news with one indexed read, and turns and summaries are
+            written with conditional writes.
+        summarize_in_background: Return from ``add_turn`` as soon as the turn is stored and
+            summarise afterwards: an async summarizer as a task on the caller's event loop,
+            a blocking one in a worker thread (also for async callers); at most one summary
+            per conversation is in flight in this process. :meth:`flush` waits for them;
+            meanwhile the history still fits ``max_tokens``.
+        max_cached_conversations: With a persistent store, how many conversations to keep
+            in memory (least recently used evicted; reloading one is correct and reads only
+            what is kept). An in-memory store keeps every conversation: it is the store.
 
     Raises:
         TypeError: A budget that is not an ``int``, or a summarizer that is not callable.
@@ -166,8 +181,19 @@ class ConversationMemory(ConversationLogic):
         estimator: TokenEstimator | None = None,
         summarizer: Summarizer | None = None,
         store: MemoryStore | None = None,
+        summarize_in_background: bool = False,
+        max_cached_conversations: int = 10_000,
     ) -> None:
         self.max_tokens = check_positive_int(max_tokens, "max_tokens")
+        if not isinstance(summarize_in_background, bool):
+            raise TypeError(
+                "summarize_in_background must be bool, "
+                f"not {type(summarize_in_background).__name__}"
+            )
+        self.summarize_in_background = summarize_in_background
+        self.max_cached_conversations = check_positive_int(
+            max_cached_conversations, "max_cached_conversations"
+        )
         self.summarize_threshold = check_positive_int(summarize_threshold, "summarize_threshold")
         if summarizer is not None and not callable(summarizer):
             raise TypeError(f"summarizer must be callable, not {type(summarizer).__name__}")
@@ -187,8 +213,9 @@ class ConversationMemory(ConversationLogic):
         # Turns are mirrored into the store only where they outlive the process; an in-memory
         # store would just hold a second copy of what the cached state already has.
         self._persistent = bool(getattr(self.store, "persistent", True))
-        self._states: dict[str, ConversationState] = {}
+        self._states: OrderedDict[str, ConversationState] = OrderedDict()
         self._locks = LockTable()
+        self._pending: dict[str, concurrent.futures.Future[None] | asyncio.Task[None]] = {}
 
     @staticmethod
     def namespace(conversation_id: str) -> str:
@@ -200,8 +227,8 @@ class ConversationMemory(ConversationLogic):
     def _new_conversation(self) -> Plan[str]:
         """Starts a conversation and returns its id."""
         cid = uuid.uuid4().hex
-        yield self._locks[cid]
-        yield from self._state_plan(cid, create=True)
+        yield from self._locked(cid)
+        yield from self._coherent_plan(cid, create=True)
         return cid
 
     new_conversation = sync_method(_new_conversation)
@@ -232,7 +259,7 @@ class ConversationMemory(ConversationLogic):
             user_prompt: What the user said.
             assistant_response: What the assistant answered.
             raw_messages: The turn's pydantic-ai messages (tool calls included); built from
-                the two strings when omitted.
+                the two strings when omitted or empty.
             metadata: Free-form annotations stored with the turn.
 
         Returns:
@@ -247,7 +274,12 @@ class ConversationMemory(ConversationLogic):
         cid = check_cid(conversation_id)
         prompt = check_str(user_prompt, "user_prompt")
         response = check_str(assistant_response, "assistant_response")
-        messages = None if raw_messages is None else _check_messages(raw_messages)
+        # An empty list is what code written for the older design passes for "none".
+        messages = (
+            None
+            if raw_messages is None or (isinstance(raw_messages, list | tuple) and not raw_messages)
+            else _check_messages(raw_messages)
+        )
         new = NewTurn(
             cid,
             prompt,
@@ -290,7 +322,7 @@ class ConversationMemory(ConversationLogic):
     def _clear(self, conversation_id: str) -> Plan[None]:
         """Forgets a conversation, in memory and in the store."""
         cid = check_cid(conversation_id)
-        yield self._locks[cid]
+        yield from self._locked(cid)
         yield from self._clear_plan(cid)
 
     clear = sync_method(_clear)
@@ -301,8 +333,7 @@ class ConversationMemory(ConversationLogic):
         for cid in (yield from self._ids_plan()):
             # One conversation's lock at a time: holding them all could deadlock with a
             # caller that holds one of them.
-            lock = self._locks[cid]
-            yield lock
+            lock = yield from self._locked(cid)
             yield from self._clear_plan(cid)
             yield Release(lock)
 
@@ -324,7 +355,7 @@ class ConversationMemory(ConversationLogic):
             ConversationNotFoundError: (a ``KeyError``) the id is unknown.
         """
         cid = check_cid(conversation_id)
-        yield self._locks[cid]
+        yield from self._locked(cid)
         state = yield from self._existing_plan(cid)
         return export_snapshot(cid, state)
 
@@ -336,7 +367,7 @@ class ConversationMemory(ConversationLogic):
     ) -> Plan[str]:
         """Loads an :meth:`export_conversation` snapshot; returns the conversation id.
 
-        Missing token estimates are re-computed; turns without ``raw_messages`` are rebuilt
+        Missing or zero token estimates are re-computed; turns without ``raw_messages`` are rebuilt
         from their prompt and response. The whole snapshot is validated before anything is
         stored.
 
@@ -350,8 +381,63 @@ class ConversationMemory(ConversationLogic):
         """
         snapshot = parse_snapshot(data, self.estimator)
         cid = check_cid(snapshot.target_id(conversation_id))
-        yield self._locks[cid]
+        yield from self._locked(cid)
         return (yield from self._import_plan(cid, snapshot))
 
     import_conversation = sync_method(_import_conversation)
     async_import_conversation = async_method(_import_conversation)
+
+    # ------------------------------------------------------------------ background summaries
+
+    def flush(self) -> None:
+        """Waits until the summaries running in the background in this process are done.
+
+        Raises:
+            RuntimeError: Called on an event loop's thread while a summary runs as a task of
+                that loop (waiting would stop it): use :meth:`async_flush` there.
+        """
+        while self._pending:
+            for job in list(self._pending.values()):
+                if isinstance(job, concurrent.futures.Future):
+                    concurrent.futures.wait([job])
+                    continue
+                loop = job.get_loop()
+                if job.done() or loop.is_closed():
+                    self._forget(job)
+                elif loop is running_loop():
+                    raise RuntimeError(
+                        "flush() inside the event loop that runs a background summary would "
+                        "stop it; use await async_flush()"
+                    )
+                elif loop.is_running():
+                    asyncio.run_coroutine_threadsafe(asyncio.wait([job]), loop).result()
+                else:  # a loop that is not running cannot finish it now
+                    self._forget(job)
+
+    async def async_flush(self) -> None:
+        """Async :meth:`flush`: awaits the summaries running in the background."""
+        loop = asyncio.get_running_loop()
+        while self._pending:
+            for job in list(self._pending.values()):
+                if isinstance(job, concurrent.futures.Future):
+                    await asyncio.wait([asyncio.wrap_future(job)])
+                elif job.get_loop() is loop:
+                    await asyncio.wait([job])
+                elif job.done() or not job.get_loop().is_running():
+                    self._forget(job)
+                else:
+                    waiting = asyncio.run_coroutine_threadsafe(asyncio.wait([job]), job.get_loop())
+                    await asyncio.wait([asyncio.wrap_future(waiting)])
+
+    def _forget(self, job: object) -> None:
+        for cid, pending in list(self._pending.items()):
+            if pending is job:
+                self._pending.pop(cid, None)
+
+    def close(self) -> None:
+        """Waits for the background summaries (:meth:`flush`); the store stays open."""
+        self.flush()
+
+    async def async_close(self) -> None:
+        """Async :meth:`close`."""
+        await self.async_flush()

@@ -6,25 +6,35 @@ operation's result. The public sync methods run a plan with blocking store calls
 methods await the same plan's calls, and both hold the conversation's one
 :class:`~memlane._locks.HybridLock` for the whole plan, so threads and tasks that mix on a
 conversation are serialised by a single discipline.
+
+On a persistent store other processes (hosts behind a load balancer) write the same
+conversations. Every plan first brings its cached state up to date with what they committed
+(:meth:`ConversationLogic._coherent_plan`: one indexed range read when nothing changed), and
+every write is a conditional one: a turn or a summary takes the next log slot only if nobody
+took it first (see :mod:`memlane.conversation.state`).
 """
 
 from __future__ import annotations
 
 import logging
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any, NamedTuple, TypeVar
 
 from pydantic_ai.messages import ModelMessage
 
-from memlane._locks import LockTable
-from memlane._runner import Plan, StoreCall, Summarize, Summarizer
+from memlane._locks import HybridLock, LockTable
+from memlane._runner import Plan, Release, Spawn, StoreCall, Summarize, Summarizer
 from memlane._validate import check_identifier
 from memlane.conversation.snapshot import ParsedSnapshot
 from memlane.conversation.state import (
     INDEX_NAMESPACE,
+    LOG_STOP,
     ConversationState,
+    apply_event,
     index_entry,
+    log_key,
     namespace,
     new_ledger,
     restore,
@@ -39,6 +49,11 @@ from memlane.types import ConversationTurn, MemoryEntry, new_turn, utc_now
 logger = logging.getLogger("memlane")
 
 T = TypeVar("T")
+
+_SUMMARY_ROUNDS = 3
+"""How often a host summarises again after another host's summary made its result stale."""
+
+_ELLIPSIS = " …"
 
 
 def check_cid(conversation_id: object) -> str:
@@ -61,29 +76,73 @@ class ConversationLogic:
     """Per-conversation states and the plans that read and change them.
 
     Subclasses supply ``max_tokens``, ``summarize_threshold``, ``estimator``,
-    ``summarizer`` and whether the store outlives the process.
+    ``summarizer``, whether the store outlives the process, whether summaries run in the
+    background and how many conversations to keep cached.
     """
 
     max_tokens: int
     summarize_threshold: int
     estimator: TokenEstimator
     summarizer: Summarizer | None
+    summarize_in_background: bool
+    max_cached_conversations: int
     _persistent: bool
-    _states: dict[str, ConversationState]
+    _states: OrderedDict[str, ConversationState]
     _locks: LockTable
+    _pending: dict[str, Any]  # conversation id -> its background summary (Future or Task)
     _count_texts: Callable[[list[str]], list[int]]
+
+    # ------------------------------------------------------------------ locking and caching
+
+    def _locked(self, cid: str) -> Plan[HybridLock]:
+        """Takes the conversation's lock: the one the table holds once it is taken.
+
+        A bounded cache drops idle locks, so a caller can take a lock that was dropped (and
+        replaced) while it queued; it then lets go and takes the current one.
+        """
+        lock = self._locks[cid]
+        yield lock
+        while self._locks.get(cid) is not lock:
+            yield Release(lock)
+            lock = self._locks[cid]
+            yield lock
+        return lock
+
+    def _keep(self, cid: str, state: ConversationState) -> None:
+        """Caches ``state``; on a persistent store, evicts the least recently used beyond
+        ``max_cached_conversations`` (what is evicted is in the store already)."""
+        states = self._states
+        states[cid] = state
+        if not self._persistent or len(states) <= self.max_cached_conversations:
+            return
+        while len(states) > self.max_cached_conversations:
+            states.popitem(last=False)
+        locks = self._locks
+        if len(locks) > 2 * self.max_cached_conversations + 64:  # amortised: O(1) per load
+            for key, lock in list(locks.items()):
+                if key not in states and lock.idle() and key not in self._pending:
+                    locks.pop(key, None)
 
     # ------------------------------------------------------------------ loading
 
-    def _state_plan(self, cid: str, *, create: bool) -> Plan[ConversationState | None]:
-        """The cached state, loaded from the store on first access (created if asked)."""
+    def _coherent_plan(self, cid: str, *, create: bool) -> Plan[ConversationState | None]:
+        """The conversation as the store holds it now (created if asked; ``None`` if unknown).
+
+        A cached state is caught up with what other hosts committed; on a store that is not
+        persisted the cache is the store.
+        """
         state = self._states.get(cid)
-        if state is not None:
-            return state
         if not self._persistent:
-            if create:
+            if state is None and create:
                 state = self._states[cid] = ConversationState(new_ledger(self.max_tokens))
             return state
+        if state is None:
+            return (yield from self._load_plan(cid, create=create))
+        self._states.move_to_end(cid)
+        return (yield from self._catch_up_plan(cid, state))
+
+    def _load_plan(self, cid: str, *, create: bool) -> Plan[ConversationState | None]:
+        """Loads a conversation from the store and caches it (created if asked)."""
         ns = namespace(cid)
         entries: list[MemoryEntry] = yield StoreCall("load", (ns,))
         known = (
@@ -96,7 +155,21 @@ class ConversationLogic:
             yield StoreCall("delete", (ns, entry_id))
         if not known:
             yield StoreCall("save", (INDEX_NAMESPACE, index_entry(cid)))
-        self._states[cid] = state
+        self._keep(cid, state)
+        return state
+
+    def _catch_up_plan(self, cid: str, state: ConversationState) -> Plan[ConversationState]:
+        """``state`` with every event committed after it applied: one range read if none."""
+        events: list[MemoryEntry] = yield StoreCall(
+            "load_range", (namespace(cid), log_key(state.head), LOG_STOP)
+        )
+        for event in events:
+            if not apply_event(state, event):
+                # This host missed events that a summary has since compacted away: what the
+                # store keeps is the conversation now.
+                reloaded = yield from self._load_plan(cid, create=True)
+                assert reloaded is not None
+                return reloaded
         return state
 
     def _read_plan(
@@ -104,15 +177,13 @@ class ConversationLogic:
     ) -> Plan[T]:
         """``read(state)`` under the conversation's lock (``state`` is ``None`` if unknown)."""
         cid = check_cid(conversation_id)
-        yield self._locks[cid]
-        state = self._states.get(cid)
-        if state is None:  # reads are the hot path: no nested plan when the state is in hand
-            state = yield from self._state_plan(cid, create=False)
+        yield from self._locked(cid)
+        state = yield from self._coherent_plan(cid, create=False)
         return read(state)
 
     def _existing_plan(self, cid: str) -> Plan[ConversationState]:
         """The state of a conversation that must exist."""
-        state = yield from self._state_plan(cid, create=False)
+        state = yield from self._coherent_plan(cid, create=False)
         if state is None:
             raise ConversationNotFoundError(f"unknown conversation_id {cid!r}")
         return state
@@ -131,20 +202,30 @@ class ConversationLogic:
 
     def _add_turn_plan(self, new: NewTurn) -> Plan[ConversationTurn]:
         cid = new.cid
-        yield self._locks[cid]
-        state = self._states.get(cid)
-        if state is None:  # first use here: load or create it (a generator costs on every turn)
-            state = yield from self._state_plan(cid, create=True)
-            assert state is not None
-        turn = self._next_turn(state, new)
-        entry_id = ""
+        yield from self._locked(cid)
+        state = yield from self._coherent_plan(cid, create=True)
+        assert state is not None
         if self._persistent:
+            ns = namespace(cid)
             entry_id = uuid.uuid4().hex
-            yield StoreCall("save", (namespace(cid), turn_entry(turn, entry_id)))
+            while True:
+                turn = self._next_turn(state, new)
+                won = yield StoreCall("save_if", (ns, turn_entry(turn, entry_id, state.head), None))
+                if won:
+                    break
+                # Another host took this slot: read what it wrote, then take the next one.
+                state = yield from self._catch_up_plan(cid, state)
+            state.head += 1
+        else:
+            turn = self._next_turn(state, new)
+            entry_id = ""
         state.append(turn, entry_id, default_messages=new.messages is None)
-        count = self._eviction_count(state)
-        if count:
-            yield from self._summarize_plan(cid, state, count)
+        if self._eviction_count(state):
+            if self.summarize_in_background:
+                if cid not in self._pending:  # at most one in flight per conversation
+                    self._pending[cid] = yield Spawn(lambda: self._background_plan(cid))
+            else:
+                yield from self._summarize_plan(cid, background=False)
         return turn
 
     def _add_turn_now(self, new: NewTurn) -> ConversationTurn | None:
@@ -217,25 +298,121 @@ class ConversationLogic:
         turns.extend(state.turn(i) for i in range(count))
         return turns
 
-    def _summarize_plan(self, cid: str, state: ConversationState, count: int) -> Plan[None]:
+    def _background_plan(self, cid: str) -> Plan[None]:
+        """The summaries of one conversation, after the turns that asked for them returned."""
         try:
-            summary = yield Summarize(self._summary_input(state, count))
-        except Exception:  # noqa: BLE001  # a failing summarizer must never lose the turn
-            logger.warning("memlane: summarizer failed; turns kept unsummarised", exc_info=True)
-            return
-        if not isinstance(summary, str):
-            raise TypeError(f"summarizer must return str, not {type(summary).__name__}")
-        evicted = state.evict(count)
+            yield from self._summarize_plan(cid, background=True)
+        except Exception:  # noqa: BLE001  # nobody awaits a background job: say what failed
+            logger.warning("memlane: background summary of %r failed", cid, exc_info=True)
+        finally:
+            # Still under the conversation's lock when the plan ends normally: a turn added
+            # after this sees no job in flight and starts one.
+            self._pending.pop(cid, None)
+
+    def _summarize_plan(self, cid: str, *, background: bool) -> Plan[None]:
+        """Folds the oldest turns into the summary while the retained turns exceed the threshold.
+
+        Inline, the caller holds the conversation's lock throughout. In the background the
+        lock is held to read the turns and to commit, never while the summarizer runs, so
+        turns keep being added meanwhile. A summary commits only if no other summary did
+        since its turns were read (another host's, on a shared store); otherwise it is
+        discarded and, if the conversation is still over its threshold, made again from the
+        new state.
+        """
+        lock: HybridLock | None = None
+        for _ in range(_SUMMARY_ROUNDS):
+            if background and lock is None:
+                lock = yield from self._locked(cid)
+            state = yield from self._coherent_plan(cid, create=False)
+            count = 0 if state is None else self._eviction_count(state)
+            if state is None or not count:
+                return
+            turns = self._summary_input(state, count)
+            basis = (state, state.summarized_turns, tuple(state.entry_ids)[:count])
+            if lock is not None:
+                yield Release(lock)
+                lock = None
+            try:
+                summary = yield Summarize(turns)
+            except Exception:  # noqa: BLE001  # a failing summarizer must never lose the turn
+                logger.warning("memlane: summarizer failed; turns kept unsummarised", exc_info=True)
+                return
+            if not isinstance(summary, str):
+                raise TypeError(f"summarizer must return str, not {type(summary).__name__}")
+            if background:
+                lock = yield from self._locked(cid)
+            if (yield from self._commit_summary_plan(cid, basis, count, summary)):
+                return
+
+    def _commit_summary_plan(
+        self,
+        cid: str,
+        basis: tuple[ConversationState, int, tuple[str, ...]],
+        count: int,
+        summary: str,
+    ) -> Plan[bool]:
+        """Commits a summary of the first ``count`` turns of ``basis``; whether it did.
+
+        ``False``: another summary committed since ``basis`` was read, and this one is stale.
+        A turn appended meanwhile (by any host) does not make it stale: it summarises the
+        oldest turns, which only a summary removes.
+        """
+        first_state, summarized, entry_ids = basis
+        text, tokens = self._fit_summary(summary)
+        while True:
+            state = yield from self._coherent_plan(cid, create=False)
+            if state is None or state.summarized_turns != summarized or len(state.records) <= count:
+                return False
+            if self._persistent:
+                if tuple(state.entry_ids)[:count] != entry_ids:
+                    return False
+            elif state is not first_state:  # cleared and started again meanwhile
+                return False
+            at = utc_now()
+            if not self._persistent:
+                state.evict(count)
+                state.summarized_turns += count
+                state.set_summary(text, tokens, at)
+                return True
+            ns = namespace(cid)
+            entry = summary_entry(text, tokens, summarized + count, at, state.head)
+            if (yield StoreCall("save_if", (ns, entry, None))):
+                break
+        # The summary (saying how many turns it covers) lands first: a crash before the
+        # deletes leaves turns that a restart recognises as summarised, never a gap.
+        replaced = state.evict(count)
+        if state.summary_entry_id is not None:
+            replaced.append(state.summary_entry_id)
         state.summarized_turns += count
-        state.set_summary(summary, self.estimator.estimate(SUMMARY_PREFIX + summary), utc_now())
-        if not self._persistent:
-            return
-        ns = namespace(cid)
-        # The summary (naming what it replaced) lands first: a crash before the deletes
-        # leaves turns that a restart recognises as summarised, never a gap.
-        yield StoreCall("save", (ns, summary_entry(state, evicted)))
-        for entry_id in evicted:
+        state.summary_entry_id = entry.entry_id
+        state.set_summary(text, tokens, at)
+        state.head += 1
+        for entry_id in replaced:
             yield StoreCall("delete", (ns, entry_id))
+        return True
+
+    def _fit_summary(self, summary: str) -> tuple[str, int]:
+        """The summary and its tokens (prefix included), cut to half the budget if it would
+        not fit the budget at all: a summary left out of the history is a summary lost."""
+        tokens = self.estimator.estimate(SUMMARY_PREFIX + summary)
+        if tokens <= self.max_tokens:
+            return summary, tokens
+        limit = self.max_tokens // 2
+        low, high = 0, len(summary)
+        while low < high:  # the longest prefix that fits, by bisection
+            mid = (low + high + 1) // 2
+            if self.estimator.estimate(SUMMARY_PREFIX + summary[:mid] + _ELLIPSIS) <= limit:
+                low = mid
+            else:
+                high = mid - 1
+        cut = summary[:low] + _ELLIPSIS
+        logger.warning(
+            "memlane: summary of %d tokens exceeds max_tokens=%d; cut to %d tokens",
+            tokens,
+            self.max_tokens,
+            limit,
+        )
+        return cut, self.estimator.estimate(SUMMARY_PREFIX + cut)
 
     # ------------------------------------------------------------------ forgetting
 
@@ -259,28 +436,36 @@ class ConversationLogic:
 
     def _import_plan(self, cid: str, snapshot: ParsedSnapshot) -> Plan[str]:
         """Creates conversation ``cid`` from a parsed snapshot; nothing is overwritten."""
-        if (yield from self._state_plan(cid, create=False)) is not None:
-            raise ValueError(
-                f"conversation_id {cid!r} already exists; pass conversation_id= to import under a new id"
-            )
-        state = yield from self._state_plan(cid, create=True)
+        exists = ValueError(
+            f"conversation_id {cid!r} already exists; pass conversation_id= to import under a new id"
+        )
+        if (yield from self._coherent_plan(cid, create=False)) is not None:
+            raise exists
+        state = yield from self._coherent_plan(cid, create=True)
         assert state is not None
         state.summarized_turns = snapshot.summarized_turns
-        entries = []
+        events: list[MemoryEntry] = []
         if snapshot.summary is not None:
-            state.set_summary(
-                snapshot.summary,
-                self.estimator.estimate(SUMMARY_PREFIX + snapshot.summary),
-                snapshot.summary_created_at or state.summary_at,
-            )
-            entries.append(summary_entry(state, []))
+            at = snapshot.summary_created_at or state.summary_at
+            text, tokens = self._fit_summary(snapshot.summary)
+            state.set_summary(text, tokens, at)
+            events.append(summary_entry(text, tokens, snapshot.summarized_turns, at, 0))
+            state.summary_entry_id = events[0].entry_id
         ids = [uuid.uuid4().hex for _ in snapshot.turns]
-        entries.extend(
-            turn_entry(turn, entry_id)
-            for (turn, _), entry_id in zip(snapshot.turns, ids, strict=True)
+        first = len(events)
+        events.extend(
+            turn_entry(turn, entry_id, first + i)
+            for i, ((turn, _), entry_id) in enumerate(zip(snapshot.turns, ids, strict=True))
         )
-        if self._persistent:
-            yield StoreCall("save_many", (namespace(cid), entries))
+        if self._persistent and events:
+            # The first event claims the conversation: if another host created it meanwhile,
+            # nothing is written. The rest follow in one batch.
+            if not (yield StoreCall("save_if", (namespace(cid), events[0], None))):
+                self._states.pop(cid, None)
+                raise exists
+            if len(events) > 1:
+                yield StoreCall("save_many", (namespace(cid), events[1:]))
+            state.head = len(events)
         for (turn, given), entry_id in zip(snapshot.turns, ids, strict=True):
             state.append(turn, entry_id, default_messages=not given)
         return cid

@@ -56,7 +56,7 @@ class ParsedSnapshot:
 def parse_snapshot(data: object, estimator: TokenEstimator) -> ParsedSnapshot:
     """Validates a snapshot completely before anything is stored.
 
-    Missing token estimates are re-computed with ``estimator``; turns without
+    Missing or zero token estimates are re-computed with ``estimator``; turns without
     ``raw_messages`` are rebuilt from their prompt and response.
 
     Raises:
@@ -111,7 +111,7 @@ def _parse_turn(
             else ModelMessagesTypeAdapter.validate_python(raw)
         )
         estimate = item.get("token_estimate")
-        if estimate is None:
+        if estimate is None or estimate == 0:  # 0: written by a design that did not count
             estimate = sum(estimator.estimate_many(message_texts(messages)))
         turn = ConversationTurn(
             turn_id=turn_id,

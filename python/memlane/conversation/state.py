@@ -1,5 +1,15 @@
 """One conversation in memory: compact retained turns, the budget ledger, the live window of
-messages and the rolling summary; and the store entries that persist it."""
+messages and the rolling summary; and the store entries that persist it.
+
+On a persistent store a conversation is a *log*: each turn and each summary is one event,
+keyed ``log:<seq>`` with a dense, zero-padded sequence number, and written with an
+insert-if-absent conditional write (``save_if(..., expected_version=None)``). Whoever writes
+``log:N`` first owns it, so every host that shares the store agrees on one order of events
+and on the turn ids it implies; a host that loses the race reads what it missed and tries
+``log:N+1``. A host with the conversation cached checks for news with one indexed range read
+from its next sequence number. A summary event names how many turns it covers; the turn
+events it covers (and the summary it replaces) are deleted only after it is written.
+"""
 
 from __future__ import annotations
 
@@ -22,6 +32,27 @@ SUMMARY_KEY = "summary"
 
 INDEX_NAMESPACE = "conversations"
 """Store namespace that lists every conversation id."""
+
+LOG_PREFIX = "log:"
+LOG_STOP = "log;"  # the first key after every "log:..." key (";" follows ":")
+_SEQ_DIGITS = 12
+
+
+def log_key(seq: int) -> str:
+    """The store key of log event ``seq``: zero-padded, so key order is event order."""
+    return f"{LOG_PREFIX}{seq:0{_SEQ_DIGITS}d}"
+
+
+def log_seq(key: str) -> int:
+    """The sequence number of a log key.
+
+    Raises:
+        CorruptStoreError: ``key`` is not a log key memlane wrote.
+    """
+    digits = key[len(LOG_PREFIX) :]
+    if len(digits) != _SEQ_DIGITS or not digits.isdigit() or not digits.isascii():
+        raise CorruptStoreError(f"corrupt conversation log key {key!r}")
+    return int(digits)
 
 Record = tuple[int, str, str, int, datetime, "dict[str, Any] | None", Any]
 """A retained turn, compactly: turn_id, user_prompt, assistant_response, token_estimate,
@@ -60,6 +91,7 @@ class ConversationState:
 
     __slots__ = (
         "entry_ids",
+        "head",
         "ledger",
         "records",
         "summarized_turns",
@@ -81,7 +113,8 @@ class ConversationState:
         self.summary_tokens = 0
         self.summarized_turns = 0  # how many turns the summary covers
         self.summary_at: datetime = utc_now()
-        self.summary_entry_id = uuid.uuid4().hex
+        self.summary_entry_id: str | None = None  # the stored summary, once there is one
+        self.head = 0  # the next log sequence number (persistent stores)
 
     @property
     def next_turn_id(self) -> int:
@@ -181,37 +214,40 @@ class ConversationState:
 # ---------------------------------------------------------------------------- store entries
 
 
-def turn_entry(turn: ConversationTurn, entry_id: str) -> MemoryEntry:
-    """The store entry of a turn."""
+def turn_entry(turn: ConversationTurn, entry_id: str, seq: int) -> MemoryEntry:
+    """The log event of a turn, at sequence number ``seq``."""
     return MemoryEntry.model_construct(
         entry_id=entry_id,
         scope=MemoryScope.CONVERSATION,
-        key=None,
+        key=log_key(seq),
         content=turn.model_dump(mode="json"),
         metadata={"kind": "turn"},
         created_at=turn.timestamp,
         expires_at=None,
         importance=0.5,
+        version=0,
     )
 
 
-def summary_entry(state: ConversationState, evicted_ids: list[str]) -> MemoryEntry:
-    """The store entry of a summary, naming the turn entries it replaced."""
+def summary_entry(
+    text: str, tokens: int, summarized_turns: int, at: datetime, seq: int
+) -> MemoryEntry:
+    """The log event of a summary covering the first ``summarized_turns`` turns."""
     return MemoryEntry.model_construct(
-        entry_id=state.summary_entry_id,
+        entry_id=uuid.uuid4().hex,
         scope=MemoryScope.CONVERSATION,
-        key=SUMMARY_KEY,
+        key=log_key(seq),
         content={
-            "text": state.summary,
-            "tokens": state.summary_tokens,
-            "summarized_turns": state.summarized_turns,
-            "evicted_entry_ids": evicted_ids,
-            "created_at": state.summary_at.isoformat(),
+            "text": text,
+            "tokens": tokens,
+            "summarized_turns": summarized_turns,
+            "created_at": at.isoformat(),
         },
         metadata={"kind": "summary"},
         created_at=utc_now(),
         expires_at=None,
         importance=1.0,
+        version=0,
     )
 
 
@@ -226,53 +262,143 @@ def index_entry(conversation_id: str) -> MemoryEntry:
         created_at=utc_now(),
         expires_at=None,
         importance=0.5,
+        version=0,
     )
 
 
-def restore(entries: list[MemoryEntry], max_tokens: int) -> tuple[ConversationState, list[str]]:
-    """Rebuilds a conversation from its stored entries (store order is turn order).
+def _summary_fields(entry: MemoryEntry) -> tuple[str, int, int, datetime]:
+    """A summary entry's text, tokens (prefix included), turns covered and time."""
+    data = entry.content
+    try:
+        text = data["text"]
+        if not isinstance(text, str):
+            raise TypeError(f"text is {type(text).__name__}")
+        return (
+            text,
+            int(data["tokens"]),
+            int(data["summarized_turns"]),
+            datetime.fromisoformat(data["created_at"]),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CorruptStoreError(f"corrupt summary entry {entry.entry_id!r}: {exc}") from exc
 
-    Returns the state and the ids of turn entries an interrupted eviction left behind: they
-    are already in the summary, and the caller deletes them.
+
+def _record(turn_id: int, entry: MemoryEntry) -> Record:
+    data = entry.content
+    try:
+        return (
+            turn_id,
+            data["user_prompt"],
+            data["assistant_response"],
+            int(data["token_estimate"]),
+            datetime.fromisoformat(data["timestamp"]),
+            data.get("metadata") or None,
+            json.dumps(data["raw_messages"]),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CorruptStoreError(f"corrupt turn entry {entry.entry_id!r}: {exc}") from exc
+
+
+def _event_turn_id(entry: MemoryEntry) -> int:
+    try:
+        return int(entry.content["turn_id"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CorruptStoreError(f"corrupt turn entry {entry.entry_id!r}: {exc}") from exc
+
+
+def apply_event(state: ConversationState, entry: MemoryEntry) -> bool:
+    """Applies the log event that follows ``state``; ``False`` if it does not follow it.
+
+    ``False`` means this host missed events that a summary has since compacted away (or the
+    store holds something memlane did not write): the caller reloads the conversation. The
+    state may then be half-changed and must be dropped.
+
+    Raises:
+        CorruptStoreError: The event cannot be read back.
+    """
+    assert entry.key is not None
+    seq = log_seq(entry.key)
+    if seq != state.head:
+        return False
+    kind = entry.metadata.get("kind")
+    if kind == "turn":
+        if _event_turn_id(entry) != state.next_turn_id:
+            return False
+        state.append_record(_record(state.next_turn_id, entry), entry.entry_id, None)
+    elif kind == "summary":
+        text, tokens, summarized, at = _summary_fields(entry)
+        count = summarized - state.summarized_turns
+        if count < 0 or count > len(state.records):
+            return False
+        state.evict(count)
+        state.summarized_turns = summarized
+        state.summary_entry_id = entry.entry_id
+        state.set_summary(text, tokens, at)
+    else:
+        return False
+    state.head = seq + 1
+    return True
+
+
+def restore(entries: list[MemoryEntry], max_tokens: int) -> tuple[ConversationState, list[str]]:
+    """Rebuilds a conversation from every stored entry of its namespace.
+
+    The newest summary is the base; the turns it does not cover follow in log order. Entries
+    of the layout before the log (an unkeyed turn per entry, one summary under
+    :data:`SUMMARY_KEY`) come first, numbered by store order as they always were.
+
+    Returns the state and the ids of entries that a newer summary covers: an interrupted
+    summary commit (or a host that did not finish deleting) left them behind, and the caller
+    deletes them.
 
     Raises:
         CorruptStoreError: A turn or summary entry that cannot be read back.
     """
     state = ConversationState(new_ledger(max_tokens))
-    stale: set[str] = set()
-    turn_entries: list[MemoryEntry] = []
+    legacy_summary: MemoryEntry | None = None
+    legacy_turns: list[MemoryEntry] = []
+    events: list[tuple[int, MemoryEntry]] = []
     for entry in entries:
-        if entry.key == SUMMARY_KEY:
-            data = entry.content
-            try:
-                text = data["text"]
-                tokens = int(data["tokens"])
-                state.summarized_turns = int(data["summarized_turns"])
-                at = datetime.fromisoformat(data["created_at"])
-            except (KeyError, TypeError, ValueError) as exc:
-                raise CorruptStoreError(f"corrupt summary entry {entry.entry_id!r}: {exc}") from exc
-            state.summary_entry_id = entry.entry_id
-            state.set_summary(text, tokens, at)
-            stale = set(data.get("evicted_entry_ids", ()))
+        key = entry.key
+        if key is not None and key.startswith(LOG_PREFIX):
+            events.append((log_seq(key), entry))
+        elif key == SUMMARY_KEY:
+            legacy_summary = entry
         elif entry.metadata.get("kind") == "turn":
-            turn_entries.append(entry)
-    leftovers = [e.entry_id for e in turn_entries if e.entry_id in stale]
-    for entry in turn_entries:
+            legacy_turns.append(entry)
+    events.sort(key=lambda event: event[0])
+    summaries = [entry for _, entry in events if entry.metadata.get("kind") == "summary"]
+    leftovers = [entry.entry_id for entry in summaries[:-1]]
+
+    # Turns the layout before the log kept, numbered after its summary, minus those it
+    # named as replaced.
+    first = 0
+    stale: set[str] = set()
+    if legacy_summary is not None:
+        first = _summary_fields(legacy_summary)[2]
+        stale = set(legacy_summary.content.get("evicted_entry_ids", ()))
+    candidates: list[tuple[int, MemoryEntry]] = []
+    for entry in legacy_turns:
         if entry.entry_id in stale:
-            continue
-        data = entry.content
-        try:
-            record: Record = (
-                # Store order is the truth when several processes append: number by it.
-                state.next_turn_id,
-                data["user_prompt"],
-                data["assistant_response"],
-                int(data["token_estimate"]),
-                datetime.fromisoformat(data["timestamp"]),
-                data.get("metadata") or None,
-                json.dumps(data["raw_messages"]),
-            )
-        except (KeyError, TypeError, ValueError) as exc:
-            raise CorruptStoreError(f"corrupt turn entry {entry.entry_id!r}: {exc}") from exc
-        state.append_record(record, entry.entry_id, None)
+            leftovers.append(entry.entry_id)
+        else:
+            candidates.append((first + len(candidates), entry))
+    candidates.extend(
+        (_event_turn_id(entry), entry) for _, entry in events if entry.metadata.get("kind") == "turn"
+    )
+
+    base = summaries[-1] if summaries else legacy_summary
+    if base is not None:
+        if summaries and legacy_summary is not None:
+            leftovers.append(legacy_summary.entry_id)
+        text, tokens, state.summarized_turns, at = _summary_fields(base)
+        state.summary_entry_id = base.entry_id
+        state.set_summary(text, tokens, at)
+    for turn_id, entry in candidates:
+        if turn_id < state.summarized_turns:
+            leftovers.append(entry.entry_id)
+        else:
+            # Log order is the truth when several processes append: number by it.
+            state.append_record(_record(state.next_turn_id, entry), entry.entry_id, None)
+    state.head = events[-1][0] + 1 if events else 0
     return state, leftovers
