@@ -33,7 +33,11 @@ NAMESPACES = ["a", "b", "c", "\ud800"]  # a lone surrogate is a legal str key in
 ENTRY_IDS = ["e1", "e2", "e3", "e4", "e5"]
 KEYS = [None, "k1", "k2", "", "\udcff"]
 SQL_NAMESPACES = ["a", "b", "c"]
-SQL_KEYS = [None, "k1", "k2", ""]
+# Keys whose UTF-16 order differs from their code-point order ("\uffff" < "😀"), so that a
+# range read ordering by anything but code points shows up.
+SQL_KEYS = [None, "k1", "k2", "", "é", "\uffff", "😀"]
+RANGE_BOUNDS = ["", "k", "k1", "k2", "é", "\uffff", "😀", "\U0010ffff"]
+VERSIONS = [None, 0, 1, 2, 7]
 # Expiry relative to the machine's clock; NaN never compares greater, so it is always expired.
 EXPIRY_OFFSETS = [None, -5.0, 0.0, 1.0, 5.0, 60.0, math.nan]
 
@@ -121,6 +125,7 @@ rows = st.tuples(
     st.sampled_from(["2024-01-01T00:00:00+00:00", "2025-06-30T12:00:00.5+02:00"]),
     st.sampled_from(EXPIRY_OFFSETS),
     st.sampled_from([0.0, 0.5, 1.0, 1.5, -0.25]),  # 1.5 and -0.25 break the CHECK
+    st.sampled_from([0, 1, 7]),
 )
 
 
@@ -140,8 +145,8 @@ class SqliteTableMachine(RuleBasedStateMachine):
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def row(self, drawn: tuple[Any, ...]) -> pure.Row:
-        *head, offset, importance = drawn
-        return (*head, expiry(self.now, offset), importance)
+        *head, offset, importance, version = drawn
+        return (*head, expiry(self.now, offset), importance, version)
 
     @rule(namespace=st.sampled_from(SQL_NAMESPACES), drawn=rows)
     def save(self, namespace: str, drawn: tuple[Any, ...]) -> None:
@@ -155,11 +160,34 @@ class SqliteTableMachine(RuleBasedStateMachine):
             self.py.save_many, namespace, batch
         )
 
+    @rule(
+        namespace=st.sampled_from(SQL_NAMESPACES),
+        drawn=rows,
+        expected=st.sampled_from(VERSIONS),
+    )
+    def save_if(self, namespace: str, drawn: tuple[Any, ...], expected: int | None) -> None:
+        row = self.row(drawn)
+        assert outcome(self.rust.save_if, namespace, row, expected, self.now) == outcome(
+            self.py.save_if, namespace, row, expected, self.now
+        )
+
     @rule(namespace=st.sampled_from(SQL_NAMESPACES), key=st.sampled_from(SQL_KEYS[1:]))
     def load_by_key(self, namespace: str, key: str) -> None:
         assert self.rust.load_by_key(namespace, key, self.now) == self.py.load_by_key(
             namespace, key, self.now
         )
+
+    @rule(
+        namespace=st.sampled_from(SQL_NAMESPACES),
+        start=st.sampled_from(RANGE_BOUNDS),
+        stop=st.sampled_from(RANGE_BOUNDS),
+    )
+    def load_range(self, namespace: str, start: str, stop: str) -> None:
+        rust = self.rust.load_range(namespace, start, stop, self.now)
+        assert rust == self.py.load_range(namespace, start, stop, self.now)
+        keys = [r[2] for r in rust]
+        assert keys == sorted(keys)
+        assert all(start <= k < stop for k in keys)
 
     @rule(namespace=st.sampled_from(SQL_NAMESPACES), entry_id=st.sampled_from(ENTRY_IDS))
     def delete(self, namespace: str, entry_id: str) -> None:
@@ -194,7 +222,9 @@ def make_sqlite(backend: str, path: Path | str) -> Any:
     return pure.SqliteTable(str(path))
 
 
-def row(entry_id: str, key: str | None = None, importance: float = 0.5) -> pure.Row:
+def row(
+    entry_id: str, key: str | None = None, importance: float = 0.5, version: int = 0
+) -> pure.Row:
     return (
         entry_id,
         "long_term",
@@ -204,6 +234,7 @@ def row(entry_id: str, key: str | None = None, importance: float = 0.5) -> pure.
         "2024-01-01T00:00:00+00:00",
         None,
         importance,
+        version,
     )
 
 
@@ -224,7 +255,9 @@ class TestFilesAreInterchangeable:
             path = directory / "memory.sqlite3"
             written = make_sqlite(writer, path)
             for namespace, drawn in batches:
-                batch = [(*d[:6], None if d[6] is None else 1_000.0 + d[6], d[7]) for d in drawn]
+                batch = [
+                    (*d[:6], None if d[6] is None else 1_000.0 + d[6], d[7], d[8]) for d in drawn
+                ]
                 # A refused batch is refused whole; what was saved before stays.
                 with contextlib.suppress(sqlite3.IntegrityError, UnicodeEncodeError):
                     written.save_many(namespace, batch)
@@ -262,8 +295,8 @@ class TestSaveManyIsAtomic:
         "bad",
         [
             row("e3", importance=2.0),  # CHECK constraint
-            ("e3", "long_term", None, "\ud800", "{}", "2024", None, 0.5),  # not UTF-8 encodable
-            ("e3", "long_term", "\udcff", "{}", "{}", "2024", None, 0.5),  # a key, likewise
+            ("e3", "long_term", None, "\ud800", "{}", "2024", None, 0.5, 0),  # not UTF-8 encodable
+            ("e3", "long_term", "\udcff", "{}", "{}", "2024", None, 0.5, 0),  # a key, likewise
         ],
     )
     def test_bad_row_rolls_back_the_whole_batch(self, tmp_path: Path, bad: pure.Row) -> None:
@@ -321,6 +354,8 @@ class TestClosedTableRefusesWork:
             ("save_many", ("a", [row("e2")])),
             ("load", ("a", 0.0)),
             ("load_by_key", ("a", "k", 0.0)),
+            ("save_if", ("a", row("e2", key="k"), None, 0.0)),
+            ("load_range", ("a", "", "z", 0.0)),
             ("delete", ("a", "e1")),
             ("clear", ("a",)),
             ("cleanup_expired", (0.0,)),
@@ -456,3 +491,157 @@ class TestPayloadFinalisersMayUseTheTable:
         table.save("c", "e3", None, 0.0, Payload())
         assert table.cleanup_expired(1.0) == 1
         assert seen == [["a"], ["a"], ["a"]]
+
+
+LEGACY_SCHEMA = """
+CREATE TABLE memory_entries (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    entry_id TEXT NOT NULL UNIQUE,
+    namespace TEXT NOT NULL,
+    scope TEXT NOT NULL,
+    key TEXT,
+    content TEXT NOT NULL,
+    metadata TEXT NOT NULL DEFAULT '{}',
+    created_at TEXT NOT NULL,
+    expires_at REAL,
+    importance REAL NOT NULL DEFAULT 0.5 CHECK (importance BETWEEN 0 AND 1)
+);
+CREATE INDEX memory_entries_namespace ON memory_entries (namespace, seq);
+CREATE UNIQUE INDEX memory_entries_namespace_key
+    ON memory_entries (namespace, key) WHERE key IS NOT NULL;
+CREATE INDEX memory_entries_expires_at
+    ON memory_entries (expires_at) WHERE expires_at IS NOT NULL;
+"""
+"""The schema of files written before entries had versions (no ``version`` column)."""
+
+
+def make_legacy_file(path: Path, rows: list[tuple[str, str | None]]) -> None:
+    """An SQLite file in the legacy schema holding ``(entry_id, key)`` rows of namespace "a"."""
+    conn = sqlite3.connect(path)
+    conn.executescript(LEGACY_SCHEMA)
+    conn.executemany(
+        "INSERT INTO memory_entries (entry_id, namespace, scope, key, content, created_at) "
+        "VALUES (?, 'a', 'long_term', ?, '{\"text\":\"hi\"}', '2024-01-01T00:00:00+00:00')",
+        rows,
+    )
+    conn.commit()
+    conn.close()
+
+
+class TestLegacyFilesAreMigratedAlike:
+    """A file without the version column opens on both tables, reads as version 0, and gains the column."""
+
+    @pytest.mark.parametrize("backend", ["rust", "python"])
+    def test_open_migrates_and_reads_version_zero(self, tmp_path: Path, backend: str) -> None:
+        path = tmp_path / "old.sqlite3"
+        make_legacy_file(path, [("e1", "k1"), ("e2", None)])
+        table = make_sqlite(backend, path)
+        assert table.load("a", 0.0) == [row("e1", key="k1"), row("e2")]
+        assert table.save_if("a", row("e3", key="k1", version=1), 0, 0.0) is True
+        assert table.load("a", 0.0) == [row("e2"), row("e3", key="k1", version=1)]
+        table.close()
+        # Reopened by the other table: already migrated, the same rows.
+        other = make_sqlite("python" if backend == "rust" else "rust", path)
+        assert other.load("a", 0.0) == [row("e2"), row("e3", key="k1", version=1)]
+        other.close()
+
+    def test_both_migrate_to_the_same_columns(self, tmp_path: Path) -> None:
+        columns = []
+        for backend in ("rust", "python"):
+            path = tmp_path / f"{backend}.sqlite3"
+            make_legacy_file(path, [])
+            make_sqlite(backend, path).close()
+            with sqlite3.connect(path) as conn:
+                columns.append(conn.execute("PRAGMA table_info(memory_entries)").fetchall())
+            conn.close()
+        assert columns[0] == columns[1]
+        assert columns[0][-1][1:5] == ("version", "INTEGER", 1, "0")
+
+    def test_processes_opening_one_legacy_file_at_once_all_succeed(self, tmp_path: Path) -> None:
+        path = tmp_path / "old.sqlite3"
+        make_legacy_file(path, [("e1", "k1")])
+        # Half on each table: whichever adds the column, the others see it and carry on.
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-c", OPENER, str(path), "rust" if i % 2 else "python"],
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            for i in range(6)
+        ]
+        outputs = [p.communicate(timeout=60)[0] for p in procs]
+        assert [p.returncode for p in procs] == [0] * 6
+        assert outputs == ["0\n"] * 6
+
+
+OPENER = """
+import sys
+from memlane import _backend
+with _backend.use(sys.argv[2]):
+    table = _backend.active.SqliteTable(sys.argv[1])
+print(table.load_by_key("a", "k1", 0.0)[8])
+table.close()
+"""
+
+
+class TestSaveIfIsOneTransaction:
+    """save_if reads and writes in one transaction: a refused row changes nothing, a locked file is waited for."""
+
+    def test_refused_winner_rolls_back(self, tmp_path: Path) -> None:
+        results = []
+        for backend in ("rust", "python"):
+            table = make_sqlite(backend, tmp_path / backend / "m.sqlite3")
+            table.save("a", row("e1", key="k1"))
+            failed = outcome(table.save_if, "a", row("e2", key="k1", importance=2.0), 0, 0.0)
+            results.append((failed[:2], table.load("a", 0.0)))
+            # The transaction is over: the table still works.
+            assert table.save_if("a", row("e2", key="k1", version=1), 0, 0.0) is True
+            table.close()
+        assert results[0] == results[1]
+        assert results[0] == (("raised", sqlite3.IntegrityError), [row("e1", key="k1")])
+
+    @pytest.mark.parametrize("backend", ["rust", "python"])
+    def test_waits_for_another_processs_transaction(self, tmp_path: Path, backend: str) -> None:
+        path = tmp_path / "m.sqlite3"
+        table = make_sqlite(backend, path)
+        blocker = subprocess.Popen(
+            [sys.executable, "-c", BLOCKER, str(path)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert blocker.stdout is not None
+        assert blocker.stdin is not None
+        assert blocker.stdout.readline() == "locked\n"
+        won: list[bool] = []
+        saver = threading.Thread(
+            target=lambda: won.append(table.save_if("a", row("e1", key="k", version=1), None, 0.0))
+        )
+        saver.start()
+        saver.join(timeout=0.2)
+        assert saver.is_alive()  # blocked on the lock, not failed
+        blocker.stdin.write("release\n")
+        blocker.stdin.close()
+        assert blocker.wait(timeout=10) == 0
+        blocker.stdout.close()
+        saver.join(timeout=30)
+        assert won == [True]
+        table.close()
+
+
+class TestLoadRangeWalksTheIndex:
+    """The twin's range read is served by the (namespace, key) index, with no sort step."""
+
+    def test_query_plan(self, tmp_path: Path) -> None:
+        table = pure.SqliteTable(str(tmp_path / "m.sqlite3"))
+        conn = table._conn
+        assert conn is not None
+        statements: list[str] = []
+        conn.set_trace_callback(statements.append)
+        table.load_range("a", "k1", "k2", 0.0)
+        conn.set_trace_callback(None)
+        (select,) = [s for s in statements if s.startswith("SELECT")]
+        plan = " ".join(r[3] for r in conn.execute(f"EXPLAIN QUERY PLAN {select}"))
+        assert "USING INDEX memory_entries_namespace_key" in plan
+        assert "TEMP B-TREE" not in plan
+        table.close()

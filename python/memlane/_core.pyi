@@ -177,7 +177,7 @@ class MemoryTable:
     def __len__(self) -> int:
         """Number of entries, expired ones included."""
 
-_Row: TypeAlias = tuple[str, str, str | None, str, str, str, float | None, float]
+_Row: TypeAlias = tuple[str, str, str | None, str, str, str, float | None, float, int]
 
 @final
 class SqliteTable:
@@ -192,8 +192,9 @@ class SqliteTable:
     does.
 
     A row is ``(entry_id, scope, key, content, metadata, created_at, expires_at,
-    importance)``: ``content`` and ``metadata`` are JSON text, ``created_at`` ISO text,
-    ``expires_at`` Unix seconds or ``None``.
+    importance, version)``: ``content`` and ``metadata`` are JSON text, ``created_at`` ISO
+    text, ``expires_at`` Unix seconds or ``None``, ``version`` the store-assigned version. A
+    file made before the version column existed gains it on open, its rows at version 0.
 
     Args:
         path: The database file; it and its parent directories are created if missing.
@@ -219,6 +220,22 @@ class SqliteTable:
         Raises:
             ValueError: The table is closed.
             sqlite3.Error: SQLite refused a row; nothing was written.
+        """
+    def save_if(self, namespace: str, row: _Row, expected_version: int | None, now: float) -> bool:
+        """Upserts ``row`` if the holder of its key unexpired at ``now`` is at
+        ``expected_version`` (``None``: there is none); whether it did. The read and the write
+        are one ``BEGIN IMMEDIATE`` transaction.
+
+        Raises:
+            ValueError: The table is closed.
+            sqlite3.Error: SQLite refused the row; nothing was written.
+        """
+    def load_range(self, namespace: str, start: str, stop: str, now: float) -> list[_Row]:
+        """Rows unexpired at ``now`` whose key is in ``[start, stop)``, in code-point order,
+        read from the (namespace, key) index.
+
+        Raises:
+            ValueError: The table is closed.
         """
     def load(self, namespace: str, now: float) -> list[_Row]:
         """Rows of a namespace unexpired at ``now`` (Unix seconds), in insertion order.

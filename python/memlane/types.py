@@ -43,6 +43,11 @@ class MemoryEntry(BaseModel):
         created_at: Creation time, aware UTC.
         expires_at: When the entry stops being returned by any store (``None``: never).
         importance: 0.0–1.0.
+        version: The version the store assigned to a keyed entry: 0 after a plain ``save``,
+            ``expected_version + 1`` after a winning ``save_if`` (see
+            :class:`~memlane.stores.protocol.ConditionalStore`). Set by the store on load and
+            ignored on save, so an entry loaded, changed and saved back never carries a stale
+            version into the store.
     """
 
     model_config = ConfigDict(validate_assignment=True)
@@ -55,6 +60,7 @@ class MemoryEntry(BaseModel):
     created_at: datetime = Field(default_factory=utc_now)
     expires_at: datetime | None = None
     importance: float = Field(default=0.5, ge=0.0, le=1.0)
+    version: int = Field(default=0, ge=0)
 
     @field_validator("created_at")
     @classmethod

@@ -13,6 +13,11 @@ Shared semantics (the Rust tables follow them exactly):
   that other entry in the same step, so two entries never share a key.
 * ``load`` returns unexpired entries in insertion order; expired entries are never returned
   but still hold their key until ``cleanup_expired`` or an overwrite removes them.
+
+The SQLite table also keeps each row's version (the last element of a :data:`Row`):
+``save_if`` writes a row only if the unexpired holder of its key is at the expected version
+(or there is none), in the same transaction that reads it, and ``load_range`` reads keys in
+code-point order from the (namespace, key) index.
 """
 
 from __future__ import annotations
@@ -25,9 +30,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-Row = tuple[str, str, str | None, str, str, str, float | None, float]
+Row = tuple[str, str, str | None, str, str, str, float | None, float, int]
 """A persisted entry: entry_id, scope, key, content JSON, metadata JSON, created_at ISO,
-expires_at (Unix seconds or None), importance."""
+expires_at (Unix seconds or None), importance, version."""
 
 
 def _live(expires_at: float | None, now: float) -> bool:
@@ -167,7 +172,8 @@ CREATE TABLE IF NOT EXISTS memory_entries (
     metadata TEXT NOT NULL DEFAULT '{}',
     created_at TEXT NOT NULL,
     expires_at REAL,
-    importance REAL NOT NULL DEFAULT 0.5 CHECK (importance BETWEEN 0 AND 1)
+    importance REAL NOT NULL DEFAULT 0.5 CHECK (importance BETWEEN 0 AND 1),
+    version INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS memory_entries_namespace ON memory_entries (namespace, seq);
 CREATE UNIQUE INDEX IF NOT EXISTS memory_entries_namespace_key
@@ -177,10 +183,14 @@ CREATE INDEX IF NOT EXISTS memory_entries_expires_at
 """
 """The on-disk schema, shared byte for byte with the Rust table so either can open a file."""
 
+ADD_VERSION = "ALTER TABLE memory_entries ADD COLUMN version INTEGER NOT NULL DEFAULT 0"
+"""Brings a file made before versions existed to :data:`SCHEMA`: its rows become version 0."""
+
 PRAGMAS = ("PRAGMA journal_mode=WAL", "PRAGMA synchronous=NORMAL", "PRAGMA busy_timeout=30000")
 """WAL with synchronous=NORMAL: durable across process crashes, one fsync per checkpoint."""
 
-_COLUMNS = "entry_id, scope, key, content, metadata, created_at, expires_at, importance"
+_COLUMNS = "entry_id, scope, key, content, metadata, created_at, expires_at, importance, version"
+_LIVE = "(expires_at IS NULL OR expires_at > ?)"
 
 
 def _with_lock_retry(op: Callable[[], object]) -> None:
@@ -188,7 +198,8 @@ def _with_lock_retry(op: Callable[[], object]) -> None:
 
     Switching a fresh file to WAL takes a lock that SQLite's busy handler does not wait for,
     so processes opening the same new file at once would otherwise fail with "database is
-    locked" (the Rust table retries the same way).
+    locked" (the Rust table retries the same way). ``op`` must be safe to repeat: a statement
+    that failed to take its lock did nothing.
     """
     deadline = time.monotonic() + 30
     while True:
@@ -199,6 +210,33 @@ def _with_lock_retry(op: Callable[[], object]) -> None:
             if "locked" not in str(exc) or time.monotonic() >= deadline:
                 raise
             time.sleep(0.01)
+
+
+def _begin(conn: sqlite3.Connection) -> None:
+    """Starts a write transaction, waiting (busy handler, then retries) for other writers."""
+    _with_lock_retry(lambda: conn.execute("BEGIN IMMEDIATE"))
+
+
+def _has_version(conn: sqlite3.Connection) -> bool:
+    return any(col[1] == "version" for col in conn.execute("PRAGMA table_info(memory_entries)"))
+
+
+def _migrate(conn: sqlite3.Connection) -> None:
+    """Adds the version column to a file made before it existed.
+
+    Checked again inside a write transaction: processes opening one old file at once all see
+    the column missing, and only the first may add it.
+    """
+    if _has_version(conn):
+        return
+    _begin(conn)
+    try:
+        if not _has_version(conn):
+            conn.execute(ADD_VERSION)
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
 
 
 class SqliteTable:
@@ -214,6 +252,7 @@ class SqliteTable:
             _with_lock_retry(lambda: conn.execute(pragma))  # noqa: B023 (called at once)
         with self._lock:
             conn.executescript(SCHEMA)
+            _migrate(conn)
 
     def _open(self) -> sqlite3.Connection:
         """The connection; a ``ValueError`` once closed, as the Rust table raises."""
@@ -233,11 +272,12 @@ class SqliteTable:
             (entry_id, namespace),
         )
         conn.execute(
-            f"INSERT INTO memory_entries (namespace, {_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
+            f"INSERT INTO memory_entries (namespace, {_COLUMNS}) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
             "ON CONFLICT (entry_id) DO UPDATE SET scope = excluded.scope, key = excluded.key, "
             "content = excluded.content, metadata = excluded.metadata, "
             "created_at = excluded.created_at, expires_at = excluded.expires_at, "
-            "importance = excluded.importance",
+            "importance = excluded.importance, version = excluded.version",
             (namespace, *row),
         )
 
@@ -245,7 +285,7 @@ class SqliteTable:
         """Upserts rows in one transaction: all of them are written or none."""
         with self._lock:
             conn = self._open()
-            conn.execute("BEGIN IMMEDIATE")
+            _begin(conn)
             try:
                 for row in rows:
                     self._upsert(conn, namespace, row)
@@ -258,12 +298,35 @@ class SqliteTable:
         """Upserts one row atomically."""
         self.save_many(namespace, [row])
 
+    def save_if(self, namespace: str, row: Row, expected_version: int | None, now: float) -> bool:
+        """Upserts ``row`` if the holder of its key unexpired at ``now`` is at
+        ``expected_version`` (``None``: there is none); whether it did.
+
+        The read and the write are one ``BEGIN IMMEDIATE`` transaction, which holds the
+        database's write lock from the start: no other process can write between them.
+        """
+        with self._lock:
+            conn = self._open()
+            _begin(conn)
+            try:
+                found = conn.execute(
+                    f"SELECT version FROM memory_entries WHERE namespace = ? AND key = ? AND {_LIVE}",
+                    (namespace, row[2], now),
+                ).fetchone()
+                won = (None if found is None else found[0]) == expected_version
+                if won:
+                    self._upsert(conn, namespace, row)
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+            return won
+
     def load(self, namespace: str, now: float) -> list[Row]:
         """Unexpired rows of a namespace, in insertion order."""
         with self._lock:
             cur = self._open().execute(
-                f"SELECT {_COLUMNS} FROM memory_entries WHERE namespace = ? "
-                "AND (expires_at IS NULL OR expires_at > ?) ORDER BY seq",
+                f"SELECT {_COLUMNS} FROM memory_entries WHERE namespace = ? AND {_LIVE} ORDER BY seq",
                 (namespace, now),
             )
             return list(cur.fetchall())
@@ -272,12 +335,26 @@ class SqliteTable:
         """The unexpired row holding ``key``, or ``None``."""
         with self._lock:
             cur = self._open().execute(
-                f"SELECT {_COLUMNS} FROM memory_entries WHERE namespace = ? AND key = ? "
-                "AND (expires_at IS NULL OR expires_at > ?)",
+                f"SELECT {_COLUMNS} FROM memory_entries WHERE namespace = ? AND key = ? AND {_LIVE}",
                 (namespace, key, now),
             )
             row: Row | None = cur.fetchone()
             return row
+
+    def load_range(self, namespace: str, start: str, stop: str, now: float) -> list[Row]:
+        """Unexpired rows whose key is in ``[start, stop)``, in key order.
+
+        ``key`` has the default BINARY collation, which orders UTF-8 bytes and so code
+        points, as Python orders ``str``; the bounds make ``key IS NOT NULL`` implied, which
+        lets SQLite walk the partial (namespace, key) index instead of scanning.
+        """
+        with self._lock:
+            cur = self._open().execute(
+                f"SELECT {_COLUMNS} FROM memory_entries WHERE namespace = ? "
+                f"AND key >= ? AND key < ? AND {_LIVE} ORDER BY key",
+                (namespace, start, stop, now),
+            )
+            return list(cur.fetchall())
 
     def delete(self, namespace: str, entry_id: str) -> bool:
         """Removes an entry of this namespace; whether there was one."""

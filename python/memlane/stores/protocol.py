@@ -5,6 +5,12 @@ unique within a namespace (saving a keyed entry replaces whatever held the key, 
 ``load`` keeps insertion order; expired entries are never returned. Every store accepts the
 same values: content and metadata that are plain JSON (see :func:`check_storable`), so code
 tested on :class:`~memlane.stores.InMemoryStore` behaves the same on a database.
+
+A keyed entry also carries a version (:attr:`~memlane.types.MemoryEntry.version`), which only
+the store assigns: a plain ``save`` stores 0, and :meth:`ConditionalStore.save_if` (a
+compare-and-swap on the key) stores one more than the version it expected. Every store memlane
+ships is a :class:`ConditionalStore`; a custom store written against :class:`MemoryStore`
+alone still passes every ``MemoryStore`` check and works where no conditional write is needed.
 """
 
 from __future__ import annotations
@@ -24,16 +30,22 @@ from memlane.types import MemoryEntry, MemoryScope
 T = TypeVar("T")
 
 __all__ = [
+    "MAX_VERSION",
     "AsyncMemoryStore",
+    "ConditionalStore",
     "MemoryStore",
     "SyncMemoryStore",
     "check_entry",
     "check_entry_id",
+    "check_expected_version",
     "check_key",
+    "check_key_range",
+    "check_keyed_entry",
     "check_namespace",
     "check_storable",
     "dumps_json",
     "entry_to_row",
+    "next_version",
     "row_to_entry",
 ]
 
@@ -138,6 +150,63 @@ class MemoryStore(SyncMemoryStore, AsyncMemoryStore, Protocol):
         """:meth:`async_close`."""
 
 
+@runtime_checkable
+class ConditionalStore(MemoryStore, Protocol):
+    """A :class:`MemoryStore` with a compare-and-swap on keys and reads of a key range.
+
+    What a fleet of processes sharing one store needs: an atomic conditional write (of N
+    writers that expected the same version exactly one wins) and one indexed read of the
+    keys after a known one. Kept out of :class:`MemoryStore` on purpose, so a custom store
+    written before these methods existed still passes ``isinstance(store, MemoryStore)``;
+    ``isinstance(store, ConditionalStore)`` tells whether a store has them.
+
+    Versions are per key and assigned only by the store. A plain ``save`` of a key stores
+    version 0 and is not conditional: mixing plain saves with ``save_if`` on one key gives up
+    conflict detection for the plain writes (a ``save_if`` that expected 0 wins over one).
+    """
+
+    def save_if(self, namespace: str, entry: MemoryEntry, expected_version: int | None) -> bool:
+        """Saves ``entry`` only if its key's holder is still at ``expected_version``, atomically.
+
+        ``expected_version=None`` wins only if no unexpired entry holds ``entry.key`` in
+        ``namespace`` (an expired holder counts as absent and is replaced); an ``int`` wins only
+        if an unexpired entry holds the key at exactly that version. A win writes ``entry`` by
+        the rules of ``save`` (it replaces the key's holder and any entry with its
+        ``entry_id``) at version ``expected_version + 1`` (1 for ``None``); a loss changes
+        nothing. ``entry.version`` is ignored.
+
+        Args:
+            namespace: The namespace.
+            entry: The entry to write; its ``key`` must be a ``str``.
+            expected_version: The version the caller read, or ``None`` for "no holder".
+
+        Returns:
+            Whether the write happened.
+
+        Raises:
+            TypeError: ``entry.key`` is ``None``, or ``expected_version`` is neither ``None``
+                nor an ``int``; content or metadata is not plain JSON
+                (:class:`~memlane.errors.UnstorableValueError`).
+            ValueError: ``expected_version`` is negative or out of the 64-bit range.
+        """
+
+    def load_range(self, namespace: str, start: str, stop: str) -> list[MemoryEntry]:
+        """The unexpired keyed entries whose key ``k`` has ``start <= k < stop``, in key order.
+
+        Keys compare by code point, as Python compares ``str``; a database store serves this
+        from its (namespace, key) index, so asking "is there a key after X" is one indexed
+        round trip.
+        """
+
+    async def async_save_if(
+        self, namespace: str, entry: MemoryEntry, expected_version: int | None
+    ) -> bool:
+        """Async :meth:`save_if`."""
+
+    async def async_load_range(self, namespace: str, start: str, stop: str) -> list[MemoryEntry]:
+        """Async :meth:`load_range`."""
+
+
 # ---------------------------------------------------------------------------- arguments
 
 
@@ -160,6 +229,15 @@ def check_key(key: object) -> str:
     return check_str(key, "key")
 
 
+def check_key_range(start: object, stop: object) -> tuple[str, str]:
+    """The bounds of ``load_range``: two ``str`` (``start > stop`` is an empty range).
+
+    Raises:
+        TypeError: Either is not a ``str``; the message names it.
+    """
+    return check_str(start, "start"), check_str(stop, "stop")
+
+
 def check_entry_id(entry_id: object) -> str:
     """An ``entry_id`` argument must be a ``str``.
 
@@ -178,6 +256,45 @@ def check_entry(entry: object) -> MemoryEntry:
     if not isinstance(entry, MemoryEntry):
         raise TypeError(f"entry must be MemoryEntry, not {type_name(entry)}")
     return entry
+
+
+MAX_VERSION = 2**63 - 1
+"""The highest version a store holds: the databases keep versions as signed 64-bit integers."""
+
+
+def check_keyed_entry(entry: object) -> MemoryEntry:
+    """The entry argument of ``save_if``: a :class:`MemoryEntry` whose ``key`` is a ``str``.
+
+    Raises:
+        TypeError: Not a :class:`MemoryEntry`, or its ``key`` is ``None``.
+    """
+    entry = check_entry(entry)
+    if entry.key is None:
+        raise TypeError("save_if needs a keyed entry: entry.key must be str, not None")
+    return entry
+
+
+def check_expected_version(expected_version: object) -> int | None:
+    """The ``expected_version`` argument of ``save_if``: ``None`` or an ``int`` from 0.
+
+    Raises:
+        TypeError: Neither ``None`` nor an ``int`` (``bool`` is not a version).
+        ValueError: Negative, or so large that the next version would not fit in 64 bits.
+    """
+    if expected_version is None:
+        return None
+    if isinstance(expected_version, bool) or not isinstance(expected_version, int):
+        raise TypeError(f"expected_version must be int or None, not {type_name(expected_version)}")
+    if not 0 <= expected_version < MAX_VERSION:
+        raise ValueError(
+            f"expected_version must be between 0 and {MAX_VERSION - 1}, got {expected_version!r}"
+        )
+    return expected_version
+
+
+def next_version(expected_version: int | None) -> int:
+    """The version a winning ``save_if`` stores."""
+    return 1 if expected_version is None else expected_version + 1
 
 
 # ---------------------------------------------------------------------------- the value rule
@@ -296,8 +413,13 @@ def now() -> float:
     return datetime.now(UTC).timestamp()
 
 
-def entry_to_row(entry: MemoryEntry) -> Row:
-    """The persisted form of an entry (validates that it is storable)."""
+def entry_to_row(entry: MemoryEntry, version: int = 0) -> Row:
+    """The persisted form of an entry (validates that it is storable).
+
+    Args:
+        entry: The entry; its own ``version`` is ignored, as every store ignores it.
+        version: The version to store: 0 for a plain save, the new version for ``save_if``.
+    """
     return (
         entry.entry_id,
         entry.scope.value,
@@ -307,17 +429,28 @@ def entry_to_row(entry: MemoryEntry) -> Row:
         entry.created_at.isoformat(),
         timestamp(entry.expires_at),
         entry.importance,
+        version,
     )
 
 
 def row_to_entry(row: Row | tuple[Any, ...], where: str) -> MemoryEntry:
     """An entry from its persisted form.
 
+    Accepts the 8-element row of stores written before versions existed, as version 0.
+
     Raises:
         CorruptStoreError: The row cannot be decoded; the message names ``where``.
     """
-    entry_id, scope, key, content, metadata, created_at, expires_at, importance = row
+    if len(row) == 8:
+        entry_id, scope, key, content, metadata, created_at, expires_at, importance = row
+        version: Any = 0
+    else:
+        entry_id, scope, key, content, metadata, created_at, expires_at, importance, version = row
     try:
+        if type(version) is not int:
+            version = int(version)
+        if version < 0:
+            raise ValueError(f"negative version {version}")
         return MemoryEntry.model_construct(
             entry_id=entry_id,
             scope=MemoryScope(scope),
@@ -327,6 +460,7 @@ def row_to_entry(row: Row | tuple[Any, ...], where: str) -> MemoryEntry:
             created_at=datetime.fromisoformat(created_at),
             expires_at=None if expires_at is None else datetime.fromtimestamp(expires_at, UTC),
             importance=float(importance),
+            version=version,
         )
     except (ValueError, TypeError) as exc:
         raise CorruptStoreError(f"corrupt entry {entry_id!r} in {where}: {exc}") from exc

@@ -16,9 +16,13 @@ from memlane.stores._base import LocalStore, ensure_directory
 from memlane.stores.protocol import (
     check_entry,
     check_entry_id,
+    check_expected_version,
     check_key,
+    check_key_range,
+    check_keyed_entry,
     check_namespace,
     entry_to_row,
+    next_version,
     now,
     row_to_entry,
 )
@@ -76,7 +80,10 @@ def _make_parent(path: str) -> None:
 class SQLiteStore(LocalStore):
     """An SQLite file (WAL, every operation one transaction, indexed by namespace and key).
 
-    Several processes can share the file. The ``async_`` methods run in a worker thread.
+    Several processes can share the file: :meth:`save_if` reads and writes in one
+    ``BEGIN IMMEDIATE`` transaction, so it is a compare-and-swap across processes too. A file
+    written before versions existed is migrated when opened (its entries at version 0). The
+    ``async_`` methods run in a worker thread.
 
     Args:
         path: The database file; it and its parent directories are created if missing.
@@ -125,6 +132,40 @@ class SQLiteStore(LocalStore):
         self._check_open()
         with self._errors:
             self._table.save_many(namespace, rows)
+
+    def save_if(self, namespace: str, entry: MemoryEntry, expected_version: int | None) -> bool:
+        """Saves ``entry`` if its key's unexpired holder is at ``expected_version`` (``None``:
+        there is none), in one transaction; whether it did (see
+        :meth:`~memlane.stores.protocol.ConditionalStore.save_if`).
+
+        Raises:
+            TypeError: ``entry.key`` is ``None`` or ``expected_version`` is not an ``int``;
+                :class:`~memlane.errors.UnstorableValueError` for content or metadata that is
+                not plain JSON.
+            ValueError: ``expected_version`` is negative or too large.
+            StoreError: SQLite failed (an ``OSError``).
+            StoreClosedError: The store was closed.
+        """
+        namespace = check_namespace(namespace)
+        entry = check_keyed_entry(entry)
+        expected_version = check_expected_version(expected_version)
+        row = entry_to_row(entry, next_version(expected_version))
+        self._check_open()
+        with self._errors:
+            return self._table.save_if(namespace, row, expected_version, now())
+
+    def load_range(self, namespace: str, start: str, stop: str) -> list[MemoryEntry]:
+        """Unexpired keyed entries with ``start <= key < stop``, in key order, from the index.
+
+        Raises:
+            CorruptStoreError: A row cannot be decoded; names the file.
+        """
+        namespace = check_namespace(namespace)
+        start, stop = check_key_range(start, stop)
+        self._check_open()
+        with self._errors:
+            rows = self._table.load_range(namespace, start, stop, now())
+        return [row_to_entry(r, self.path) for r in rows]
 
     def load(self, namespace: str) -> list[MemoryEntry]:
         """Unexpired entries in insertion order.

@@ -51,7 +51,8 @@ fn sqlite_error(e: sqlite::Error) -> PyErr {
     }
 }
 
-/// A row as `(entry_id, scope, key, content, metadata, created_at, expires_at, importance)`.
+/// A row as `(entry_id, scope, key, content, metadata, created_at, expires_at, importance,
+/// version)`.
 ///
 /// Extracted by hand rather than derived: the derive turns a field's error into a
 /// `TypeError`, while a `str` with a lone surrogate must raise `UnicodeEncodeError`, as the
@@ -60,7 +61,7 @@ impl<'a, 'py> FromPyObject<'a, 'py> for Row {
     type Error = PyErr;
 
     fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
-        let (entry_id, scope, key, content, metadata, created_at, expires_at, importance) =
+        let (entry_id, scope, key, content, metadata, created_at, expires_at, importance, version) =
             obj.extract()?;
         Ok(Self {
             entry_id,
@@ -71,6 +72,7 @@ impl<'a, 'py> FromPyObject<'a, 'py> for Row {
             created_at,
             expires_at,
             importance,
+            version,
         })
     }
 }
@@ -90,6 +92,7 @@ impl<'py> IntoPyObject<'py> for Row {
             self.created_at,
             self.expires_at,
             self.importance,
+            self.version,
         )
             .into_pyobject(py)
     }
@@ -156,6 +159,30 @@ impl SqliteTable {
 
     fn save_many(&self, py: Python<'_>, namespace: &str, rows: Vec<Row>) -> PyResult<()> {
         self.run(py, |table| table.save_many(namespace, &rows))
+    }
+
+    fn save_if(
+        &self,
+        py: Python<'_>,
+        namespace: &str,
+        row: Row,
+        expected_version: Option<i64>,
+        now: f64,
+    ) -> PyResult<bool> {
+        self.run(py, |table| {
+            table.save_if(namespace, &row, expected_version, now)
+        })
+    }
+
+    fn load_range(
+        &self,
+        py: Python<'_>,
+        namespace: &str,
+        start: &str,
+        stop: &str,
+        now: f64,
+    ) -> PyResult<Vec<Row>> {
+        self.run(py, |table| table.load_range(namespace, start, stop, now))
     }
 
     fn load(&self, py: Python<'_>, namespace: &str, now: f64) -> PyResult<Vec<Row>> {

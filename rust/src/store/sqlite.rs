@@ -3,6 +3,14 @@
 //! Twin of `SqliteTable` in `memlane/_pure/store.py`. The schema, the PRAGMAs and every SQL
 //! statement are the twin's, so either implementation can open a file the other wrote and the
 //! two agree row for row.
+//!
+//! Invariants:
+//! * A key is unique within a namespace (a partial unique index), so `save_if` compares one
+//!   row's version; it reads and writes inside one `BEGIN IMMEDIATE` transaction, which holds
+//!   the file's write lock from its start, so no other connection or process writes between.
+//! * `key` has the default BINARY collation: keys order by UTF-8 bytes, which is code-point
+//!   order, the order of Python's `str`. `load_range` walks the (namespace, key) index.
+//! * A file made before the `version` column existed gains it on open (rows become version 0).
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -22,7 +30,8 @@ CREATE TABLE IF NOT EXISTS memory_entries (
     metadata TEXT NOT NULL DEFAULT '{}',
     created_at TEXT NOT NULL,
     expires_at REAL,
-    importance REAL NOT NULL DEFAULT 0.5 CHECK (importance BETWEEN 0 AND 1)
+    importance REAL NOT NULL DEFAULT 0.5 CHECK (importance BETWEEN 0 AND 1),
+    version INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS memory_entries_namespace ON memory_entries (namespace, seq);
 CREATE UNIQUE INDEX IF NOT EXISTS memory_entries_namespace_key
@@ -30,6 +39,10 @@ CREATE UNIQUE INDEX IF NOT EXISTS memory_entries_namespace_key
 CREATE INDEX IF NOT EXISTS memory_entries_expires_at
     ON memory_entries (expires_at) WHERE expires_at IS NOT NULL;
 ";
+
+/// Brings a file made before versions existed to `SCHEMA` (the twin's `ADD_VERSION`).
+pub const ADD_VERSION: &str =
+    "ALTER TABLE memory_entries ADD COLUMN version INTEGER NOT NULL DEFAULT 0";
 
 /// WAL with synchronous=NORMAL: durable across process crashes, one fsync per checkpoint.
 pub const PRAGMAS: [&str; 3] = [
@@ -53,21 +66,30 @@ pub struct Row {
     /// Unix seconds; `None` never expires.
     pub expires_at: Option<f64>,
     pub importance: f64,
+    /// Assigned by the store: 0 for a plain save, one more than expected for `save_if`.
+    pub version: i64,
 }
 
-const LOAD: &str = "SELECT entry_id, scope, key, content, metadata, created_at, expires_at, importance \
+const LOAD: &str = "SELECT entry_id, scope, key, content, metadata, created_at, expires_at, importance, version \
     FROM memory_entries WHERE namespace = ? AND (expires_at IS NULL OR expires_at > ?) ORDER BY seq";
 const LOAD_BY_KEY: &str =
-    "SELECT entry_id, scope, key, content, metadata, created_at, expires_at, importance \
+    "SELECT entry_id, scope, key, content, metadata, created_at, expires_at, importance, version \
     FROM memory_entries WHERE namespace = ? AND key = ? AND (expires_at IS NULL OR expires_at > ?)";
+const LOAD_RANGE: &str =
+    "SELECT entry_id, scope, key, content, metadata, created_at, expires_at, importance, version \
+    FROM memory_entries WHERE namespace = ? AND key >= ? AND key < ? \
+    AND (expires_at IS NULL OR expires_at > ?) ORDER BY key";
+const HOLDER_VERSION: &str = "SELECT version FROM memory_entries \
+    WHERE namespace = ? AND key = ? AND (expires_at IS NULL OR expires_at > ?)";
 const DELETE_KEY_HOLDER: &str =
     "DELETE FROM memory_entries WHERE namespace = ? AND key = ? AND entry_id != ?";
 const DELETE_MOVED: &str = "DELETE FROM memory_entries WHERE entry_id = ? AND namespace != ?";
-const UPSERT: &str = "INSERT INTO memory_entries (namespace, entry_id, scope, key, content, metadata, created_at, expires_at, importance) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) \
+const UPSERT: &str = "INSERT INTO memory_entries (namespace, entry_id, scope, key, content, metadata, created_at, expires_at, importance, version) \
+    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
     ON CONFLICT (entry_id) DO UPDATE SET scope = excluded.scope, key = excluded.key, \
     content = excluded.content, metadata = excluded.metadata, \
     created_at = excluded.created_at, expires_at = excluded.expires_at, \
-    importance = excluded.importance";
+    importance = excluded.importance, version = excluded.version";
 
 /// A failed table operation.
 #[derive(Debug)]
@@ -108,6 +130,7 @@ fn read_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Row> {
         created_at: row.get(5)?,
         expires_at: row.get(6)?,
         importance: row.get(7)?,
+        version: row.get(8)?,
     })
 }
 
@@ -136,6 +159,38 @@ fn with_lock_retry<T>(mut op: impl FnMut() -> rusqlite::Result<T>) -> rusqlite::
     }
 }
 
+/// Starts a write transaction, waiting (busy handler, then retries) for other writers. A
+/// `BEGIN` that failed to take the lock started nothing, so it is safe to repeat.
+fn begin(conn: &Connection) -> rusqlite::Result<()> {
+    with_lock_retry(|| conn.execute_batch("BEGIN IMMEDIATE"))
+}
+
+fn has_version(conn: &Connection) -> rusqlite::Result<bool> {
+    let mut stmt = conn.prepare("PRAGMA table_info(memory_entries)")?;
+    let mut names = stmt.query_map([], |row| row.get::<_, String>(1))?;
+    names.try_fold(false, |found, name| Ok(found || name? == "version"))
+}
+
+/// Adds the version column to a file made before it existed. Checked again inside a write
+/// transaction: processes opening one old file at once all see it missing, and only the first
+/// may add it.
+fn migrate(conn: &Connection) -> rusqlite::Result<()> {
+    if has_version(conn)? {
+        return Ok(());
+    }
+    begin(conn)?;
+    let added = match has_version(conn) {
+        Ok(true) => Ok(()),
+        Ok(false) => conn.execute_batch(ADD_VERSION),
+        Err(e) => Err(e),
+    };
+    if let Err(e) = added {
+        conn.execute_batch("ROLLBACK")?;
+        return Err(e);
+    }
+    conn.execute_batch("COMMIT")
+}
+
 impl SqliteTable {
     /// Opens (creating if missing) the database at `path` and its parent directories;
     /// `":memory:"` is an in-memory database.
@@ -159,6 +214,7 @@ impl SqliteTable {
             with_lock_retry(|| conn.execute_batch(pragma))?;
         }
         conn.execute_batch(SCHEMA)?;
+        migrate(&conn)?;
         Ok(Self { conn })
     }
 
@@ -181,13 +237,14 @@ impl SqliteTable {
             row.created_at,
             row.expires_at,
             row.importance,
+            row.version,
         ])?;
         Ok(())
     }
 
     /// Upserts rows in one transaction: all of them are written or none.
     pub fn save_many(&self, namespace: &str, rows: &[Row]) -> Result<(), Error> {
-        self.conn.execute_batch("BEGIN IMMEDIATE")?;
+        begin(&self.conn)?;
         if let Err(e) = rows.iter().try_for_each(|row| self.upsert(namespace, row)) {
             self.conn.execute_batch("ROLLBACK")?;
             return Err(e.into());
@@ -199,6 +256,52 @@ impl SqliteTable {
     /// Upserts one row atomically.
     pub fn save(&self, namespace: &str, row: &Row) -> Result<(), Error> {
         self.save_many(namespace, std::slice::from_ref(row))
+    }
+
+    /// Upserts `row` if the holder of its key unexpired at `now` is at `expected_version`
+    /// (`None`: there is none); whether it did. One `BEGIN IMMEDIATE` transaction.
+    pub fn save_if(
+        &self,
+        namespace: &str,
+        row: &Row,
+        expected_version: Option<i64>,
+        now: f64,
+    ) -> Result<bool, Error> {
+        begin(&self.conn)?;
+        let attempt = (|| {
+            let mut stmt = self.conn.prepare_cached(HOLDER_VERSION)?;
+            let mut found = stmt.query(params![namespace, row.key, now])?;
+            let current: Option<i64> = found.next()?.map(|r| r.get(0)).transpose()?;
+            drop(found);
+            let won = current == expected_version;
+            if won {
+                self.upsert(namespace, row)?;
+            }
+            Ok::<_, rusqlite::Error>(won)
+        })();
+        match attempt {
+            Ok(won) => {
+                self.conn.execute_batch("COMMIT")?;
+                Ok(won)
+            }
+            Err(e) => {
+                self.conn.execute_batch("ROLLBACK")?;
+                Err(e.into())
+            }
+        }
+    }
+
+    /// Unexpired rows whose key is in `[start, stop)`, in key order, from the index.
+    pub fn load_range(
+        &self,
+        namespace: &str,
+        start: &str,
+        stop: &str,
+        now: f64,
+    ) -> Result<Vec<Row>, Error> {
+        let mut stmt = self.conn.prepare_cached(LOAD_RANGE)?;
+        let rows = stmt.query_map(params![namespace, start, stop, now], read_row)?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 
     /// Unexpired rows of a namespace, in insertion order.
@@ -274,6 +377,7 @@ mod tests {
             created_at: "2024-01-01T00:00:00+00:00".to_owned(),
             expires_at,
             importance,
+            version: 0,
         }
     }
 
@@ -293,6 +397,97 @@ mod tests {
         assert_eq!(&twin[start..start + len], SCHEMA);
         let pragmas = PRAGMAS.map(|p| format!("\"{p}\"")).join(", ");
         assert!(twin.contains(&format!("PRAGMAS = ({pragmas})")));
+        assert!(twin.contains(&format!("ADD_VERSION = \"{ADD_VERSION}\"")));
+    }
+
+    fn versioned(id: &str, key: &str, version: i64) -> Row {
+        Row {
+            version,
+            ..row(id, Some(key), None, 0.5)
+        }
+    }
+
+    #[test]
+    fn save_if_compares_the_live_holders_version() {
+        let t = memory();
+        assert!(t.save_if("a", &versioned("1", "k", 1), None, 0.0).unwrap());
+        assert!(!t.save_if("a", &versioned("2", "k", 1), None, 0.0).unwrap());
+        assert!(!t
+            .save_if("a", &versioned("2", "k", 3), Some(2), 0.0)
+            .unwrap());
+        assert!(t
+            .save_if("a", &versioned("2", "k", 2), Some(1), 0.0)
+            .unwrap());
+        // The winner replaced the key's holder; the losers wrote nothing.
+        assert_eq!(t.load("a", 0.0).unwrap(), [versioned("2", "k", 2)]);
+        // An expired holder counts as absent, and is replaced.
+        let expiring = Row {
+            expires_at: Some(5.0),
+            ..versioned("3", "j", 7)
+        };
+        t.save("a", &expiring).unwrap();
+        assert!(!t
+            .save_if("a", &versioned("4", "j", 8), Some(7), 5.0)
+            .unwrap());
+        assert!(t.save_if("a", &versioned("4", "j", 1), None, 5.0).unwrap());
+        assert_eq!(ids(&t.load("a", 0.0).unwrap()), ["2", "4"]);
+    }
+
+    #[test]
+    fn load_range_is_key_ordered_half_open_and_indexed() {
+        let t = memory();
+        for (id, key) in [
+            ("1", "b"),
+            ("2", "a"),
+            ("3", "\u{e9}"),
+            ("4", "c"),
+            ("5", "bb"),
+        ] {
+            t.save("a", &row(id, Some(key), None, 0.5)).unwrap();
+        }
+        t.save("a", &row("6", None, None, 0.5)).unwrap();
+        t.save("a", &row("7", Some("ba"), Some(1.0), 0.5)).unwrap();
+        assert_eq!(ids(&t.load_range("a", "b", "c", 1.0).unwrap()), ["1", "5"]);
+        assert_eq!(
+            ids(&t.load_range("a", "", "\u{10ffff}", 0.0).unwrap()),
+            ["2", "1", "7", "5", "4", "3"]
+        );
+        let plan: String = t
+            .conn
+            .query_row(
+                &format!("EXPLAIN QUERY PLAN {LOAD_RANGE}"),
+                params!["a", "b", "c", 0.0],
+                |r| r.get(3),
+            )
+            .unwrap();
+        assert!(
+            plan.contains("USING INDEX memory_entries_namespace_key"),
+            "{plan}"
+        );
+    }
+
+    #[test]
+    fn a_file_without_versions_is_migrated() {
+        let dir = std::env::temp_dir().join(format!("memlane-migrate-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("old.sqlite3");
+        let old = Connection::open(&path).unwrap();
+        old.execute_batch(&SCHEMA.replace(",\n    version INTEGER NOT NULL DEFAULT 0", ""))
+            .unwrap();
+        old.execute(
+            "INSERT INTO memory_entries (entry_id, namespace, scope, key, content, created_at) \
+             VALUES ('1', 'a', 'long_term', 'k', '1', '2024-01-01T00:00:00+00:00')",
+            [],
+        )
+        .unwrap();
+        drop(old);
+        let t = SqliteTable::open(&path).unwrap();
+        assert_eq!(t.load("a", 0.0).unwrap()[0].version, 0);
+        assert!(t
+            .save_if("a", &versioned("1", "k", 1), Some(0), 0.0)
+            .unwrap());
+        drop(t);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
