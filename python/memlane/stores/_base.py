@@ -16,7 +16,7 @@ from types import TracebackType
 from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
 
 from memlane.errors import StoreClosedError, StorePathError
-from memlane.stores.protocol import SyncMemoryStore
+from memlane.stores.protocol import ConditionalStore, SyncMemoryStore
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -165,5 +165,7 @@ class LocalStore(ContextManaged):
     async_clear = awaitable(SyncMemoryStore.clear)
     async_namespaces = awaitable(SyncMemoryStore.namespaces)
     async_cleanup_expired = awaitable(SyncMemoryStore.cleanup_expired)
+    async_save_if = awaitable(ConditionalStore.save_if)
+    async_load_range = awaitable(ConditionalStore.load_range)
     async_initialize = awaitable(SyncMemoryStore.initialize)
     async_close = awaitable(SyncMemoryStore.close)
