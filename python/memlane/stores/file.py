@@ -7,21 +7,35 @@ import json
 import os
 import tempfile
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from filelock import FileLock, Timeout
 
 from memlane.errors import CorruptStoreError, StoreError
 from memlane.stores._base import LocalStore, ensure_directory
 from memlane.stores.protocol import (
     check_entry,
     check_entry_id,
+    check_expected_version,
     check_key,
+    check_key_range,
+    check_keyed_entry,
     check_namespace,
     entry_to_row,
+    next_version,
 )
 from memlane.types import MemoryEntry
 
-__all__ = ["FileStore", "namespace_filename"]
+__all__ = ["LOCK_FILENAME", "FileStore", "namespace_filename"]
+
+LOCK_FILENAME = ".memlane.lock"
+"""The lock file in a store's directory; a dotfile, which no namespace file name can be."""
+
+LOCK_TIMEOUT = 30.0
+"""Seconds a write waits for another process's write to finish, as SQLite's busy timeout."""
 
 
 def namespace_filename(namespace: str) -> str:
@@ -31,6 +45,8 @@ def namespace_filename(namespace: str) -> str:
     hash of the exact namespace is appended so that no two namespaces ever share a file
     (the design memlane grew out of mapped ``a/b`` and ``a_b`` to one file).
     """
+    # "." is percent-encoded, so a namespace file never starts with one: dotfiles (the lock
+    # file, temporary files) are never mistaken for namespaces.
     safe = "".join(
         c if c.isascii() and (c.isalnum() or c in "-_") else f"%{ord(c):02X}" for c in namespace
     )
@@ -38,7 +54,7 @@ def namespace_filename(namespace: str) -> str:
     return f"{safe[:80]}.{digest}.json"
 
 
-def _doc(entry: MemoryEntry) -> dict[str, Any]:
+def _doc(entry: MemoryEntry, version: int = 0) -> dict[str, Any]:
     row = entry_to_row(entry)  # the value rule, applied as every store applies it
     return {
         "entry_id": entry.entry_id,
@@ -49,6 +65,7 @@ def _doc(entry: MemoryEntry) -> dict[str, Any]:
         "created_at": row[5],
         "expires_at": None if entry.expires_at is None else entry.expires_at.isoformat(),
         "importance": entry.importance,
+        "version": version,
     }
 
 
@@ -76,6 +93,12 @@ class FileStore(LocalStore):
     :class:`~memlane.errors.CorruptStoreError` naming it; it is never silently overwritten.
     The ``async_`` methods run in a worker thread.
 
+    Several processes can share the directory: every read-modify-write (each save, delete,
+    clear, cleanup and :meth:`save_if`) holds a lock on ``.memlane.lock`` in it, so no
+    acknowledged write is lost to another process's rewrite of the same file. Reads take no
+    lock: a file is only ever replaced whole. An entry written before versions existed reads
+    as version 0.
+
     Args:
         base_dir: The directory; it is created if missing.
 
@@ -89,9 +112,35 @@ class FileStore(LocalStore):
         self.base_dir = Path(base_dir)
         ensure_directory(self.base_dir, f"FileStore {self.base_dir}")
         self._lock = threading.RLock()
+        self._file_lock = FileLock(self.base_dir / LOCK_FILENAME, timeout=LOCK_TIMEOUT)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.base_dir}>"
+
+    @contextmanager
+    def _exclusive(self) -> Iterator[None]:
+        """Holds the thread lock, then the directory's file lock: the one writer anywhere.
+
+        Raises:
+            StoreError: Another process held the lock for :data:`LOCK_TIMEOUT` seconds, or
+                the lock file cannot be opened.
+            StoreClosedError: The store was closed.
+        """
+        with self._lock:
+            self._check_open()
+            try:
+                self._file_lock.acquire()
+            except Timeout as exc:
+                raise StoreError(
+                    f"FileStore {self.base_dir}: another process held {LOCK_FILENAME} "
+                    f"for {LOCK_TIMEOUT:g} s"
+                ) from exc
+            except OSError as exc:
+                raise StoreError(f"FileStore {self.base_dir}: cannot lock: {exc}") from exc
+            try:
+                yield
+            finally:
+                self._file_lock.release()
 
     def _path(self, namespace: str) -> Path:
         self._check_open()
@@ -149,6 +198,8 @@ class FileStore(LocalStore):
         self._check_open()
         found = []
         for path in sorted(self.base_dir.glob("*.json")):
+            if path.name.startswith("."):  # another process's temporary file
+                continue
             try:
                 found.append((path, json.loads(path.read_text(encoding="utf-8"))["namespace"]))
             except (ValueError, KeyError, TypeError) as exc:
@@ -169,11 +220,39 @@ class FileStore(LocalStore):
         """Saves several entries with one atomic rewrite of the namespace file: all or none."""
         check_namespace(namespace)
         new_docs = [_doc(check_entry(e)) for e in entries]
-        with self._lock:
+        with self._exclusive():
             docs = self._read(namespace)
             for doc in new_docs:
                 docs = _merge(docs, doc)
             self._write(namespace, docs)
+
+    def save_if(self, namespace: str, entry: MemoryEntry, expected_version: int | None) -> bool:
+        """Saves ``entry`` if its key's unexpired holder is at ``expected_version`` (``None``:
+        there is none); whether it did (see
+        :meth:`~memlane.stores.protocol.ConditionalStore.save_if`). Atomic across processes:
+        the read and the rewrite happen under the directory's lock.
+
+        Raises:
+            TypeError: ``entry.key`` is ``None`` or ``expected_version`` is not an ``int``;
+                :class:`~memlane.errors.UnstorableValueError` for content or metadata that is
+                not plain JSON.
+            ValueError: ``expected_version`` is negative or too large.
+            CorruptStoreError: The existing file cannot be parsed.
+            StoreClosedError: The store was closed.
+        """
+        check_namespace(namespace)
+        entry = check_keyed_entry(entry)
+        expected_version = check_expected_version(expected_version)
+        doc = _doc(entry, next_version(expected_version))
+        with self._exclusive():
+            docs = self._read(namespace)
+            holders = (self._from_doc(d, namespace) for d in docs if d.get("key") == entry.key)
+            # An expired holder still sits in the file until replaced, but counts as absent.
+            current = next((h.version for h in holders if not h.is_expired), None)
+            if current != expected_version:
+                return False
+            self._write(namespace, _merge(docs, doc))
+            return True
 
     def load(self, namespace: str) -> list[MemoryEntry]:
         """Unexpired entries in insertion order."""
@@ -181,6 +260,18 @@ class FileStore(LocalStore):
             docs = self._read(namespace)
         entries = [self._from_doc(d, namespace) for d in docs]
         return [e for e in entries if not e.is_expired]
+
+    def load_range(self, namespace: str, start: str, stop: str) -> list[MemoryEntry]:
+        """Unexpired keyed entries with ``start <= key < stop``, in key order."""
+        start, stop = check_key_range(start, stop)
+        with self._lock:
+            docs = self._read(namespace)
+        found = [
+            self._from_doc(d, namespace)
+            for d in docs
+            if isinstance(d.get("key"), str) and start <= d["key"] < stop
+        ]
+        return sorted((e for e in found if not e.is_expired), key=_key)
 
     def load_by_key(self, namespace: str, key: str) -> MemoryEntry | None:
         """The unexpired entry holding ``key``, or ``None``."""
@@ -193,7 +284,7 @@ class FileStore(LocalStore):
     def delete(self, namespace: str, entry_id: str) -> bool:
         """Removes one entry; whether it existed."""
         check_entry_id(entry_id)
-        with self._lock:
+        with self._exclusive():
             docs = self._read(namespace)
             kept = [d for d in docs if d.get("entry_id") != entry_id]
             if len(kept) == len(docs):
@@ -203,7 +294,7 @@ class FileStore(LocalStore):
 
     def clear(self, namespace: str) -> int:
         """Removes the namespace file; how many entries it held."""
-        with self._lock:
+        with self._exclusive():
             count = len(self._read(namespace))
             self._path(namespace).unlink(missing_ok=True)
             return count
@@ -215,7 +306,7 @@ class FileStore(LocalStore):
     def cleanup_expired(self) -> int:
         """Rewrites every file without its expired entries; how many were removed."""
         removed = 0
-        with self._lock:
+        with self._exclusive():
             for _, namespace in self._namespace_files():
                 docs = self._read(namespace)
                 kept = [d for d in docs if not self._from_doc(d, namespace).is_expired]
@@ -223,3 +314,8 @@ class FileStore(LocalStore):
                     removed += len(docs) - len(kept)
                     self._write(namespace, kept)
         return removed
+
+
+def _key(entry: MemoryEntry) -> str:
+    assert entry.key is not None  # load_range keeps keyed entries only
+    return entry.key
