@@ -17,13 +17,15 @@ import pytest
 from memlane import SQLiteStore
 from memlane._backend import Implementation
 from memlane.conversation import ConversationMemory
-from memlane.conversation.state import SUMMARY_KEY, LOG_PREFIX, namespace
+from memlane.conversation.state import LOG_PREFIX, SUMMARY_KEY, namespace
 from memlane.types import ConversationTurn, MemoryEntry, MemoryScope, utc_now
 
 
 def summarize(turns: list[ConversationTurn]) -> str:
     """Every prompt it was given, after the previous summary: content stays traceable."""
-    return " | ".join(t.assistant_response if t.metadata.get("summary") else t.user_prompt for t in turns)
+    return " | ".join(
+        t.assistant_response if t.metadata.get("summary") else t.user_prompt for t in turns
+    )
 
 
 class Counting:
@@ -102,7 +104,7 @@ def db(tmp_path: Path, impl: Implementation) -> Path:
 class TestCoherence:
     def test_a_read_with_no_news_is_one_range_read(self, db: Path) -> None:
         store = Counting(SQLiteStore(db))
-        memory = ConversationMemory(store=store)  # type: ignore[arg-type]
+        memory = ConversationMemory(store=store)
         memory.add_turn("c", "hello", "hi")
         store.calls.clear()
         memory.get_message_history("c")
@@ -112,7 +114,7 @@ class TestCoherence:
         self, db: Path
     ) -> None:
         store = Counting(SQLiteStore(db))
-        memory = ConversationMemory(store=store)  # type: ignore[arg-type]
+        memory = ConversationMemory(store=store)
         memory.add_turn("c", "hello", "hi")
         store.calls.clear()
         memory.add_turn("c", "again", "sure")
@@ -124,7 +126,7 @@ class TestCoherence:
         a.add_turn("c", "a1", "ok")
         b.add_turn("c", "b2", "ok")
         store = Counting(a.store)
-        a.store = store  # type: ignore[assignment]
+        a.store = store
         assert prompts(a) == ["a1", "b2"]
         assert store.calls == Counter({"load_range": 1})  # no full load
 

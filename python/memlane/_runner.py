@@ -185,7 +185,7 @@ _background_guard = threading.Lock()
 
 def _background() -> concurrent.futures.ThreadPoolExecutor:
     """The worker threads that run background plans for sync callers (created on first use)."""
-    global _background_pool  # noqa: PLW0603  # one pool per process, made only if needed
+    global _background_pool  # one pool per process, made only if needed
     with _background_guard:
         if _background_pool is None:
             _background_pool = concurrent.futures.ThreadPoolExecutor(

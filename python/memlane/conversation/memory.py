@@ -400,19 +400,19 @@ class ConversationMemory(ConversationLogic):
             for job in list(self._pending.values()):
                 if isinstance(job, concurrent.futures.Future):
                     concurrent.futures.wait([job])
-                    continue
-                loop = job.get_loop()
-                if job.done() or loop.is_closed():
-                    self._forget(job)
-                elif loop is running_loop():
-                    raise RuntimeError(
-                        "flush() inside the event loop that runs a background summary would "
-                        "stop it; use await async_flush()"
-                    )
-                elif loop.is_running():
-                    asyncio.run_coroutine_threadsafe(asyncio.wait([job]), loop).result()
-                else:  # a loop that is not running cannot finish it now
-                    self._forget(job)
+                elif not job.done() and not job.get_loop().is_closed():
+                    loop = job.get_loop()
+                    if loop is running_loop():
+                        raise RuntimeError(
+                            "flush() inside the event loop that runs a background summary "
+                            "would stop it; use await async_flush()"
+                        )
+                    if loop.is_running():
+                        asyncio.run_coroutine_threadsafe(asyncio.wait([job]), loop).result()
+                    else:  # a stopped loop cannot finish it: nothing to wait for
+                        self._forget(job, force=True)
+                # A job removes itself when it ends; one that was cancelled may not have.
+                self._forget(job)
 
     async def async_flush(self) -> None:
         """Async :meth:`flush`: awaits the summaries running in the background."""
@@ -423,13 +423,19 @@ class ConversationMemory(ConversationLogic):
                     await asyncio.wait([asyncio.wrap_future(job)])
                 elif job.get_loop() is loop:
                     await asyncio.wait([job])
-                elif job.done() or not job.get_loop().is_running():
-                    self._forget(job)
-                else:
+                elif not job.done() and job.get_loop().is_running():
                     waiting = asyncio.run_coroutine_threadsafe(asyncio.wait([job]), job.get_loop())
                     await asyncio.wait([asyncio.wrap_future(waiting)])
+                else:  # done, or on a stopped loop that cannot finish it
+                    self._forget(job, force=True)
+                self._forget(job)
 
-    def _forget(self, job: object) -> None:
+    def _forget(
+        self, job: concurrent.futures.Future[None] | asyncio.Task[None], *, force: bool = False
+    ) -> None:
+        """Stops tracking ``job`` once it is done (or when it never can be, ``force``)."""
+        if not (force or job.done()):
+            return
         for cid, pending in list(self._pending.items()):
             if pending is job:
                 self._pending.pop(cid, None)

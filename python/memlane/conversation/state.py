@@ -54,6 +54,7 @@ def log_seq(key: str) -> int:
         raise CorruptStoreError(f"corrupt conversation log key {key!r}")
     return int(digits)
 
+
 Record = tuple[int, str, str, int, datetime, "dict[str, Any] | None", Any]
 """A retained turn, compactly: turn_id, user_prompt, assistant_response, token_estimate,
 timestamp, metadata (``None`` when empty) and its messages: ``None`` when they are the two
@@ -384,7 +385,9 @@ def restore(entries: list[MemoryEntry], max_tokens: int) -> tuple[ConversationSt
         else:
             candidates.append((first + len(candidates), entry))
     candidates.extend(
-        (_event_turn_id(entry), entry) for _, entry in events if entry.metadata.get("kind") == "turn"
+        (_event_turn_id(entry), entry)
+        for _, entry in events
+        if entry.metadata.get("kind") == "turn"
     )
 
     base = summaries[-1] if summaries else legacy_summary
