@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import threading
 import uuid
-import weakref
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 
 from pydantic import TypeAdapter
 from pydantic_ai.conversation_store import (
@@ -27,18 +24,10 @@ __all__ = ["MemlaneConversationStore"]
 _RECORD_ADAPTER: TypeAdapter[ConversationRecord] = TypeAdapter(ConversationRecord)
 _ENTRY_ADAPTER: TypeAdapter[ConversationEntry] = TypeAdapter(ConversationEntry)
 
-# One lock per memlane store, shared by every MemlaneConversationStore over it, makes the
-# revision check and the write one step for all writers in this process.
-_write_locks: weakref.WeakKeyDictionary[Any, threading.Lock] = weakref.WeakKeyDictionary()
-_write_locks_guard = threading.Lock()
+_RECORD_KIND = "pydantic-ai-record"
+_TOMBSTONE_KIND = "pydantic-ai-tombstone"
 
-
-def _write_lock(store: MemoryStore) -> threading.Lock:
-    with _write_locks_guard:
-        lock = _write_locks.get(store)
-        if lock is None:
-            lock = _write_locks[store] = threading.Lock()
-        return lock
+SaveIf = Callable[[str, MemoryEntry, int | None], Awaitable[bool]]
 
 
 class MemlaneConversationStore(ConversationStore):
@@ -50,14 +39,27 @@ class MemlaneConversationStore(ConversationStore):
     namespace ``pydantic-ai:conversations`` (keyed by conversation id), entries in
     ``pydantic-ai:entries`` (keyed by entry id), both as JSON.
 
-    Revisions are checked and written as one step under a lock shared by every instance over
-    the same store object in this process, so conflicting writers there get
-    :class:`~pydantic_ai.conversation_store.ConversationConflict`. Writers in other processes
-    sharing a store file are checked too, but the check and the write are two store
-    operations, since memlane's store protocol has no compare-and-swap.
+    Every change of a record (a save, a delete, a new conversation under the id of a deleted
+    one) is one conditional write (the store's ``save_if``) expecting the version of the record
+    entry the writer read. A key's version only grows, since a delete leaves a tombstone rather
+    than freeing the key, so a version is won at most once: of any number of writers (threads,
+    tasks or processes sharing the store) that save or delete over the same loaded revision,
+    exactly one wins and the others get
+    :class:`~pydantic_ai.conversation_store.ConversationConflict`. Had a delete freed the key,
+    a conversation created again under the id would restart at version 1, and a writer still
+    holding the old conversation's version 1 could overwrite it.
 
-    ``delete`` removes the entries no remaining conversation reaches (it reads every entry to
-    find them, so it is O(entries stored)).
+    A tombstone reads as no conversation, and a new conversation replaces it by its version.
+    After replacing the record with one, ``delete`` removes the entries of the deleted
+    conversation's history and branches that no remaining conversation reaches (it reads every
+    entry to find them, so it is O(entries stored)); only those, because any other entry may
+    belong to a save whose record is not written yet. A writer that loses removes the entries
+    it wrote. What is left: the entries of a writer that died between writing them and its
+    record, and, should a fork be saved while the conversation it forks from is being
+    deleted, a fork whose history points at removed entries.
+
+    A store without ``save_if`` (one written for memlane's protocol before it) can still be
+    read; saving or deleting through it raises ``TypeError``.
 
     Args:
         memory: A :class:`~memlane.MemoryManager` or :class:`~memlane.ConversationMemory`
@@ -78,21 +80,16 @@ class MemlaneConversationStore(ConversationStore):
                 f"not {type(memory).__name__}"
             )
         self.store: MemoryStore = store
-        self._lock = _write_lock(store)
 
     # ---------------------------------------------------------------- encoding
 
-    @staticmethod
-    def _record_id(conversation_id: str) -> str:
-        return uuid.uuid5(uuid.NAMESPACE_URL, f"memlane:pydantic-ai:{conversation_id}").hex
-
-    def _record_entry(self, record: ConversationRecord) -> MemoryEntry:
+    def _record_entry(self, conversation_id: str, content: object, kind: str) -> MemoryEntry:
         return MemoryEntry.model_construct(
-            entry_id=self._record_id(record.conversation_id),
+            entry_id=uuid.uuid5(uuid.NAMESPACE_URL, f"memlane:pydantic-ai:{conversation_id}").hex,
             scope=MemoryScope.CONVERSATION,
-            key=record.conversation_id,
-            content=_RECORD_ADAPTER.dump_python(record, mode="json"),
-            metadata={"kind": "pydantic-ai-record"},
+            key=conversation_id,
+            content=content,
+            metadata={"kind": kind},
             created_at=utc_now(),
             expires_at=None,
             importance=0.5,
@@ -113,7 +110,23 @@ class MemlaneConversationStore(ConversationStore):
 
     @staticmethod
     def _record(stored: MemoryEntry | None) -> ConversationRecord | None:
-        return None if stored is None else _RECORD_ADAPTER.validate_python(stored.content)
+        if stored is None or stored.metadata.get("kind") == _TOMBSTONE_KIND:
+            return None
+        return _RECORD_ADAPTER.validate_python(stored.content)
+
+    def _save_if(self) -> SaveIf:
+        """The store's ``async_save_if``, which every write of a record needs.
+
+        Raises:
+            TypeError: The store has no ``save_if``/``async_save_if``.
+        """
+        save_if: SaveIf | None = getattr(self.store, "async_save_if", None)
+        if save_if is None or getattr(self.store, "save_if", None) is None:
+            raise TypeError(
+                f"{type(self.store).__name__} has no save_if: conditional writes "
+                "(save_if and async_save_if) are needed for MemlaneConversationStore.save"
+            )
+        return save_if
 
     # ---------------------------------------------------------------- primitives
 
@@ -124,7 +137,7 @@ class MemlaneConversationStore(ConversationStore):
             conversation_id: The conversation.
 
         Returns:
-            Its record, or ``None`` when none is stored.
+            Its record, or ``None`` when none is stored (or it was deleted).
         """
         return self._record(await self.store.async_load_by_key(self.RECORDS, conversation_id))
 
@@ -140,11 +153,8 @@ class MemlaneConversationStore(ConversationStore):
         Returns:
             The records.
         """
-        records = [
-            _RECORD_ADAPTER.validate_python(e.content)
-            for e in await self.store.async_load(self.RECORDS)
-        ]
-        records = [r for r in records if scope is None or r.scope == scope]
+        found = [self._record(e) for e in await self.store.async_load(self.RECORDS)]
+        records = [r for r in found if r is not None and (scope is None or r.scope == scope)]
         records.sort(key=lambda r: r.updated_at, reverse=True)
         return records[:limit]
 
@@ -159,68 +169,91 @@ class MemlaneConversationStore(ConversationStore):
 
         Args:
             record: The record to store.
-            new_entries: Entries the record's history adds.
+            new_entries: Entries the record's history adds (new ones, as pydantic-ai's ``save``
+                makes them: a losing writer removes them again).
             expected_revision: The revision the writer loaded; ``None`` for a new conversation.
 
         Raises:
-            ConversationConflict: The stored revision differs, or ``record.head_id`` names an
-                entry that neither the store nor ``new_entries`` has.
+            ConversationConflict: The stored revision differs, another writer saved or deleted
+                the conversation first, or ``record.head_id`` names an entry that neither the
+                store nor ``new_entries`` has.
+            TypeError: The store has no conditional write (``save_if``).
         """
-        await asyncio.to_thread(self._write_record, record, list(new_entries), expected_revision)
-
-    def _write_record(
-        self,
-        record: ConversationRecord,
-        new_entries: list[ConversationEntry],
-        expected_revision: str | None,
-    ) -> None:
-        with self._lock:
-            stored = self._record(self.store.load_by_key(self.RECORDS, record.conversation_id))
-            if (stored.revision if stored is not None else None) != expected_revision:
-                raise ConversationConflict(record.conversation_id)
-            head = record.head_id
-            if (
-                head is not None
-                and head not in {e.id for e in new_entries}
-                and self.store.load_by_key(self.ENTRIES, head) is None
-            ):
-                raise ConversationConflict(record.conversation_id)
-            # Entries first, the record last: a crash in between leaves only unreachable
-            # entries, which the next delete collects, never a record pointing at nothing.
-            self.store.save_many(self.ENTRIES, [self._entry_entry(e) for e in new_entries])
-            self.store.save(self.RECORDS, self._record_entry(record))
+        save_if = self._save_if()
+        conversation_id = record.conversation_id
+        stored = await self.store.async_load_by_key(self.RECORDS, conversation_id)
+        current = self._record(stored)
+        if (current.revision if current is not None else None) != expected_revision:
+            raise ConversationConflict(conversation_id)
+        head = record.head_id
+        if (
+            head is not None
+            and head not in {e.id for e in new_entries}
+            and await self.store.async_load_by_key(self.ENTRIES, head) is None
+        ):
+            raise ConversationConflict(conversation_id)
+        written = [self._entry_entry(e) for e in new_entries]
+        # Entries first, the record last: a crash in between leaves only entries no record
+        # reaches, never a record pointing at nothing.
+        if written:
+            await self.store.async_save_many(self.ENTRIES, written)
+        content = _RECORD_ADAPTER.dump_python(record, mode="json")
+        # The record entry's version, not the revision inside it, is what the store compares:
+        # a tombstone holds the key too, so a new conversation replaces it by its version.
+        won = await save_if(
+            self.RECORDS,
+            self._record_entry(conversation_id, content, _RECORD_KIND),
+            None if stored is None else stored.version,
+        )
+        if not won:
+            # Fresh entry ids that only the lost record would have reached: nothing else can
+            # use them, and no delete would ever collect them.
+            await self._delete_entries(e.entry_id for e in written)
+            raise ConversationConflict(conversation_id)
 
     async def delete_record(self, conversation_id: str, *, expected_revision: str) -> None:
-        """Deletes a record and the entries no remaining record's history reaches.
+        """Deletes a record and the entries of its history no remaining record reaches.
+
+        The record is replaced by a tombstone in one conditional write, so of writers and
+        deleters racing over one revision exactly one wins.
 
         Args:
             conversation_id: The conversation.
             expected_revision: The revision the caller loaded.
 
         Raises:
-            ConversationConflict: No record with ``expected_revision`` is stored.
+            ConversationConflict: No record with ``expected_revision`` is stored, or another
+                writer saved or deleted it first.
+            TypeError: The store has no conditional write (``save_if``).
         """
-        await asyncio.to_thread(self._delete_record, conversation_id, expected_revision)
+        save_if = self._save_if()
+        stored = await self.store.async_load_by_key(self.RECORDS, conversation_id)
+        record = self._record(stored)
+        if stored is None or record is None or record.revision != expected_revision:
+            raise ConversationConflict(conversation_id)
+        tombstone = self._record_entry(conversation_id, {"deleted": True}, _TOMBSTONE_KIND)
+        if not await save_if(self.RECORDS, tombstone, stored.version):
+            raise ConversationConflict(conversation_id)
+        await self._collect(record)
 
-    def _delete_record(self, conversation_id: str, expected_revision: str) -> None:
-        with self._lock:
-            stored_entry = self.store.load_by_key(self.RECORDS, conversation_id)
-            stored = self._record(stored_entry)
-            if stored_entry is None or stored is None or stored.revision != expected_revision:
-                raise ConversationConflict(conversation_id)
-            self.store.delete(self.RECORDS, stored_entry.entry_id)
-            entries = self.store.load(self.ENTRIES)
-            parents = {e.key: e.metadata.get("parent_id") for e in entries}
-            reachable: set[str] = set()
-            for rest in self.store.load(self.RECORDS):
-                other = _RECORD_ADAPTER.validate_python(rest.content)
-                for tip in [other.head_id, *other.branches]:
-                    while tip is not None and tip not in reachable:
-                        reachable.add(tip)
-                        tip = parents.get(tip)
-            for e in entries:
-                if e.key not in reachable:
-                    self.store.delete(self.ENTRIES, e.entry_id)
+    async def _collect(self, deleted: ConversationRecord) -> None:
+        """Removes the entries of ``deleted``'s history and branches no live record reaches.
+
+        Only those: an entry outside them may belong to a save whose record is not written
+        yet, and removing it would leave that record pointing at nothing. Two conversations
+        sharing entries deleted at once both tombstone before they look, so the later look
+        finds neither and removes the shared entries.
+        """
+        entries = await self.store.async_load(self.ENTRIES)
+        parents = {e.key: e.metadata.get("parent_id") for e in entries if e.key is not None}
+        live = [self._record(e) for e in await self.store.async_load(self.RECORDS)]
+        reachable = _reached(parents, (r for r in live if r is not None))
+        released = _reached(parents, [deleted]) - reachable
+        await self._delete_entries(e.entry_id for e in entries if e.key in released)
+
+    async def _delete_entries(self, entry_ids: Iterable[str]) -> None:
+        for entry_id in entry_ids:
+            await self.store.async_delete(self.ENTRIES, entry_id)
 
     async def read_entry(self, entry_id: str) -> ConversationEntry:
         """The entry with this id.
@@ -268,3 +301,14 @@ class MemlaneConversationStore(ConversationStore):
             entry_id = entry.parent_id
         entries.reverse()
         return entries
+
+
+def _reached(parents: dict[str, str | None], records: Iterable[ConversationRecord]) -> set[str]:
+    """The entry ids the histories and branches of ``records`` pass through."""
+    reached: set[str] = set()
+    for record in records:
+        for tip in [record.head_id, *record.branches]:
+            while tip is not None and tip not in reached:
+                reached.add(tip)
+                tip = parents.get(tip)
+    return reached
