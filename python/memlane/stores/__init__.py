@@ -7,7 +7,10 @@ drivers are optional extras, imported when a store is created).
 
 Every store has the same methods: ``save``, ``save_many``, ``load``, ``load_by_key``,
 ``delete``, ``clear``, ``namespaces``, ``cleanup_expired``, ``initialize`` and ``close``, each
-with an ``async_`` twin, and works as ``with store:`` and ``async with store:``.
+with an ``async_`` twin, and works as ``with store:`` and ``async with store:``. Each also
+implements :class:`ConditionalStore`: ``save_if`` (an atomic compare-and-swap on a key's
+version) and ``load_range`` (keyed entries in a key range, by index), which hosts sharing a
+store rely on; a custom store without them still serves one process.
 """
 
 from __future__ import annotations
@@ -16,11 +19,17 @@ from memlane.stores.file import FileStore
 from memlane.stores.memory import InMemoryStore
 from memlane.stores.mongodb import IndexFallbackWarning, MongoDBStore
 from memlane.stores.postgres import PostgreSQLStore
-from memlane.stores.protocol import AsyncMemoryStore, MemoryStore, SyncMemoryStore
+from memlane.stores.protocol import (
+    AsyncMemoryStore,
+    ConditionalStore,
+    MemoryStore,
+    SyncMemoryStore,
+)
 from memlane.stores.sqlite import SQLiteStore
 
 __all__ = [
     "AsyncMemoryStore",
+    "ConditionalStore",
     "FileStore",
     "InMemoryStore",
     "IndexFallbackWarning",
