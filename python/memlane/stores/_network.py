@@ -8,7 +8,9 @@ the caller like any sync I/O, but cannot deadlock it).
 
 A connection-class failure (server restarted, connection dropped) is retried once on fresh
 connections; every operation is idempotent (saves are upserts by ``entry_id``), so a retry
-never duplicates an entry. A second failure raises
+never duplicates an entry. ``save_if`` is the exception, as its first attempt may have won
+before the connection dropped: its retry counts the key already holding exactly this entry at
+the new version as the win. A second failure raises
 :class:`~memlane.errors.StoreConnectionError` naming host and port.
 """
 
@@ -24,9 +26,17 @@ from typing import Any, Generic, TypeVar
 
 from memlane._locks import running_loop
 from memlane._validate import check_seconds, check_str
-from memlane.errors import StoreConnectionError
+from memlane.errors import InvalidValueError, StoreConnectionError
 from memlane.stores._base import ContextManaged, blocking
-from memlane.stores.protocol import check_entry, check_entry_id, check_key, check_namespace
+from memlane.stores.protocol import (
+    check_entry,
+    check_entry_id,
+    check_expected_version,
+    check_key,
+    check_key_range,
+    check_keyed_entry,
+    check_namespace,
+)
 from memlane.types import MemoryEntry, utc_now
 
 T = TypeVar("T")
@@ -244,8 +254,9 @@ class NetworkStore(ContextManaged, Generic[R]):
         except Exception as exc:
             if not self._is_connection_error(exc):
                 raise
-        # Every operation is idempotent (upserts by entry_id), so one retry on fresh
-        # connections cannot duplicate anything; it is what survives a server restart.
+        # Every operation is idempotent (upserts by entry_id; save_if recognises its own
+        # earlier win), so one retry on fresh connections cannot duplicate anything; it is
+        # what survives a server restart.
         await self._recover(resource)
         try:
             return await op(resource)
@@ -323,6 +334,21 @@ class NetworkStore(ContextManaged, Generic[R]):
     ) -> MemoryEntry | None:
         raise NotImplementedError
 
+    async def _do_save_if(
+        self, resource: R, namespace: str, prepared: Any, expected: int | None, retry: bool
+    ) -> bool:
+        """Writes what :meth:`_prepare` made of one keyed entry if its key is at ``expected``.
+
+        ``retry`` is set on the attempt after a connection failure: the key already holding
+        exactly this entry at the new version is then the first attempt's win.
+        """
+        raise NotImplementedError
+
+    async def _do_load_range(
+        self, resource: R, namespace: str, start: str, stop: str, now: datetime
+    ) -> list[MemoryEntry]:
+        raise NotImplementedError
+
     async def _do_delete(self, resource: R, namespace: str, entry_id: str) -> bool:
         raise NotImplementedError
 
@@ -355,6 +381,65 @@ class NetworkStore(ContextManaged, Generic[R]):
         prepared = self._prepare(check_namespace(namespace), [check_entry(e) for e in entries])
         if entries:
             await self._call(lambda r: self._do_save_many(r, namespace, prepared))
+
+    async def async_save_if(
+        self, namespace: str, entry: MemoryEntry, expected_version: int | None
+    ) -> bool:
+        """Saves ``entry`` only if its key is still at ``expected_version``, atomically.
+
+        Args:
+            namespace: The namespace.
+            entry: The entry to write; its ``key`` must be a ``str``, its ``version`` is
+                ignored.
+            expected_version: The version the caller read, or ``None`` for "no unexpired
+                holder" (an expired holder counts as absent and is replaced).
+
+        Returns:
+            Whether this call won: the entry is then stored by the rules of :meth:`save` at
+            version ``expected_version + 1`` (1 for ``None``); a loss changes nothing.
+
+        Raises:
+            TypeError: ``entry.key`` is ``None``, ``expected_version`` is neither ``None`` nor
+                an ``int``, or content or metadata is not plain JSON.
+            ValueError: ``expected_version`` is negative or too large, or the entry holds a
+                value this backend cannot hold.
+            StoreConnectionError: The server is unreachable (after one retry).
+        """
+        check_namespace(namespace)
+        check_keyed_entry(entry)
+        expected = check_expected_version(expected_version)
+        prepared = self._prepare(namespace, [entry])[0]
+        attempts = 0
+
+        def attempt(resource: R) -> Awaitable[bool]:
+            nonlocal attempts
+            attempts += 1
+            return self._do_save_if(resource, namespace, prepared, expected, attempts > 1)
+
+        return await self._call(attempt)
+
+    async def async_load_range(self, namespace: str, start: str, stop: str) -> list[MemoryEntry]:
+        """Unexpired keyed entries with ``start <= key < stop``, in code-point order of keys.
+
+        One indexed query on (namespace, key).
+
+        Raises:
+            TypeError: ``start`` or ``stop`` is not a ``str``.
+            InvalidValueError: A bound this backend cannot hold (a ``ValueError``); no key it
+                stores could be compared with it as Python would.
+        """
+        check_namespace(namespace)
+        check_key_range(start, stop)
+        for name, bound in (("start", start), ("stop", stop)):
+            problem = self._name_problem(bound)
+            if problem is not None:
+                raise InvalidValueError(
+                    f"load_range {name} contains {problem}, which {self._kind} cannot compare"
+                )
+        if start >= stop or self._name_problem(namespace) is not None:
+            return []
+        now = utc_now()
+        return await self._call(lambda r: self._do_load_range(r, namespace, start, stop, now))
 
     async def async_load(self, namespace: str) -> list[MemoryEntry]:
         """Unexpired entries of ``namespace`` in insertion order."""
@@ -396,6 +481,8 @@ class NetworkStore(ContextManaged, Generic[R]):
 
     save = blocking(async_save)
     save_many = blocking(async_save_many)
+    save_if = blocking(async_save_if)
+    load_range = blocking(async_load_range)
     load = blocking(async_load)
     load_by_key = blocking(async_load_by_key)
     delete = blocking(async_delete)

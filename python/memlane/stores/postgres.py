@@ -13,6 +13,7 @@ import contextlib
 import hashlib
 import json
 import re
+import urllib.parse
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
@@ -21,7 +22,7 @@ from memlane._validate import check_positive_int, check_str, type_name
 from memlane.errors import InvalidValueError
 from memlane.stores._network import NetworkStore, require, utf8_problem
 from memlane.stores.protocol import entry_to_row, find_in_json, row_to_entry
-from memlane.types import MemoryEntry, as_utc
+from memlane.types import MemoryEntry, as_utc, utc_now
 
 __all__ = ["PostgreSQLStore", "check_schema_name"]
 
@@ -133,7 +134,10 @@ class _PgSql:
     def __init__(self, schema: str) -> None:
         s = f'"{schema}"'
         t = f"{s}.memory_entries"
-        columns = "entry_id, scope, key, content::text, metadata::text, created_at, expires_at, importance"
+        columns = (
+            "entry_id, scope, key, content::text, metadata::text, created_at, expires_at, "
+            "importance, version"
+        )
         self.lock_id = int.from_bytes(
             hashlib.blake2b(f"memlane:{schema}".encode(), digest_size=8).digest(),
             "big",
@@ -146,13 +150,26 @@ CREATE TABLE IF NOT EXISTS {t} (
     entry_id TEXT PRIMARY KEY,
     namespace TEXT NOT NULL,
     scope TEXT NOT NULL,
-    key TEXT,
+    key TEXT COLLATE "C",
     content JSONB NOT NULL,
     metadata JSONB NOT NULL DEFAULT '{{}}',
     created_at TIMESTAMPTZ NOT NULL DEFAULT NOW(),
     expires_at TIMESTAMPTZ,
-    importance FLOAT NOT NULL DEFAULT 0.5 CHECK (importance BETWEEN 0 AND 1)
+    importance FLOAT NOT NULL DEFAULT 0.5 CHECK (importance BETWEEN 0 AND 1),
+    version BIGINT NOT NULL DEFAULT 0
 );
+-- Tables made before versions existed: their rows become version 0.
+ALTER TABLE {t} ADD COLUMN IF NOT EXISTS version BIGINT NOT NULL DEFAULT 0;
+-- Keys compare by code point (as Python compares str), so that load_range is served by the
+-- (namespace, key) index; a table made with the database's collation is converted once
+-- (its key indexes are rebuilt, the rows are not rewritten).
+DO $collate$ BEGIN
+    IF (SELECT attcollation FROM pg_attribute
+         WHERE attrelid = '{t}'::regclass AND attname = 'key')
+       IS DISTINCT FROM 'pg_catalog."C"'::regcollation THEN
+        ALTER TABLE {t} ALTER COLUMN key TYPE TEXT COLLATE "C";
+    END IF;
+END $collate$;
 -- (namespace, seq) serves every per-namespace query and returns rows already in order.
 CREATE INDEX IF NOT EXISTS memory_entries_namespace ON {t} (namespace, seq);
 CREATE UNIQUE INDEX IF NOT EXISTS memory_entries_namespace_key
@@ -185,9 +202,67 @@ BEGIN
                 namespace = EXCLUDED.namespace, scope = EXCLUDED.scope, key = EXCLUDED.key,
                 content = EXCLUDED.content, metadata = EXCLUDED.metadata,
                 created_at = EXCLUDED.created_at, expires_at = EXCLUDED.expires_at,
-                importance = EXCLUDED.importance,
+                importance = EXCLUDED.importance, version = 0,
                 seq = CASE WHEN m.namespace = EXCLUDED.namespace THEN m.seq ELSE EXCLUDED.seq END;
             RETURN;
+        EXCEPTION WHEN unique_violation THEN
+            attempt := attempt + 1;
+            IF attempt >= 100 THEN
+                RAISE;
+            END IF;
+        END;
+    END LOOP;
+END
+$body$;
+
+-- save_if: the key's holder is locked (FOR UPDATE) while its version and expiry are judged,
+-- so of the writers that expected one version exactly one gets past the check; when nobody
+-- holds the key there is no row to lock, and the unique index decides instead (the loser's
+-- unique_violation sends it round the loop, where it finds the winner's row). A win then
+-- writes the entry as save_entry does; a loss returns before writing anything.
+-- p_retry: the first attempt's connection failed, so it may have won: the key already
+-- holding exactly this entry at the new version is that win.
+CREATE OR REPLACE FUNCTION {s}.save_entry_if(
+    p_namespace TEXT, p_entry_id TEXT, p_scope TEXT, p_key TEXT, p_content JSONB,
+    p_metadata JSONB, p_created_at TIMESTAMPTZ, p_expires_at TIMESTAMPTZ, p_importance FLOAT,
+    p_expected BIGINT, p_now TIMESTAMPTZ, p_retry BOOLEAN
+) RETURNS BOOLEAN LANGUAGE plpgsql AS $body$
+DECLARE
+    attempt INT := 0;
+    held {t}%ROWTYPE;
+    new_version BIGINT := coalesce(p_expected + 1, 1);
+BEGIN
+    LOOP
+        SELECT * INTO held FROM {t}
+         WHERE namespace = p_namespace AND key = p_key FOR UPDATE;
+        IF FOUND AND (held.expires_at IS NULL OR held.expires_at > p_now) THEN
+            IF p_retry AND held.entry_id = p_entry_id AND held.version = new_version
+               AND held.content = p_content AND held.metadata = p_metadata THEN
+                RETURN TRUE;
+            END IF;
+            IF p_expected IS NULL OR held.version <> p_expected THEN
+                RETURN FALSE;
+            END IF;
+        ELSIF p_expected IS NOT NULL THEN
+            RETURN FALSE;
+        END IF;
+        BEGIN
+            -- Only the row judged above goes: a fresh look for the key (a new snapshot)
+            -- could find a row another writer committed meanwhile, and remove its win.
+            IF held.entry_id IS NOT NULL AND held.entry_id <> p_entry_id THEN
+                DELETE FROM {t} WHERE entry_id = held.entry_id;
+            END IF;
+            INSERT INTO {t} AS m (entry_id, namespace, scope, key, content, metadata,
+                                  created_at, expires_at, importance, version)
+            VALUES (p_entry_id, p_namespace, p_scope, p_key, p_content, p_metadata,
+                    p_created_at, p_expires_at, p_importance, new_version)
+            ON CONFLICT (entry_id) DO UPDATE SET
+                namespace = EXCLUDED.namespace, scope = EXCLUDED.scope, key = EXCLUDED.key,
+                content = EXCLUDED.content, metadata = EXCLUDED.metadata,
+                created_at = EXCLUDED.created_at, expires_at = EXCLUDED.expires_at,
+                importance = EXCLUDED.importance, version = EXCLUDED.version,
+                seq = CASE WHEN m.namespace = EXCLUDED.namespace THEN m.seq ELSE EXCLUDED.seq END;
+            RETURN TRUE;
         EXCEPTION WHEN unique_violation THEN
             attempt := attempt + 1;
             IF attempt >= 100 THEN
@@ -213,7 +288,7 @@ END
 $body$;
 """
         # Bump when the DDL above changes: a table marked with this version needs nothing.
-        self.version = "memlane schema 1"
+        self.version = "memlane schema 2"
         self.migrate += f"COMMENT ON TABLE {t} IS '{self.version}';\n"
         self.current_version = f"SELECT obj_description(to_regclass('{t}'), 'pg_class')"
         self.save_one = f"SELECT {s}.save_entry($1, $2, $3, $4, $5, $6, $7, $8, $9)"
@@ -221,13 +296,50 @@ $body$;
             f"SELECT {s}.save_entries($1, $2::text[], $3::text[], $4::text[], $5::jsonb[], "
             "$6::jsonb[], $7::timestamptz[], $8::timestamptz[], $9::float8[])"
         )
+        self.save_if = (
+            f"SELECT {s}.save_entry_if($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
+        )
         live = "(expires_at IS NULL OR expires_at > $2)"
         self.load = f"SELECT {columns} FROM {t} WHERE namespace = $1 AND {live} ORDER BY seq"
         self.load_by_key = f"SELECT {columns} FROM {t} WHERE namespace = $1 AND {live} AND key = $3"
+        # The key column's collation is "C", so these bounds and the order are code-point
+        # order and the (namespace, key) index serves both.
+        self.load_range = (
+            f"SELECT {columns} FROM {t} WHERE namespace = $1 AND key >= $3 AND key < $4 "
+            f"AND {live} ORDER BY key"
+        )
         self.delete = f"DELETE FROM {t} WHERE namespace = $1 AND entry_id = $2"
         self.clear = f"DELETE FROM {t} WHERE namespace = $1"
         self.cleanup = f"DELETE FROM {t} WHERE expires_at IS NOT NULL AND expires_at <= $1"
         self.namespaces = f"SELECT namespace FROM {t} GROUP BY namespace ORDER BY min(seq)"
+
+
+def _split_connect_timeout(url: str) -> tuple[str, float | None]:
+    """``url`` without libpq's ``connect_timeout`` option, and that option's seconds.
+
+    asyncpg does not know the option and would send it to the server as a setting, which
+    the server refuses; the store applies it as its connect timeout instead.
+
+    Raises:
+        InvalidValueError: ``connect_timeout`` is not a positive number of seconds.
+    """
+    parts = urllib.parse.urlsplit(url)
+    if "connect_timeout" not in parts.query:
+        return url, None
+    query = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
+    found = [value for name, value in query if name == "connect_timeout"]
+    if not found:
+        return url, None
+    try:
+        seconds = float(found[-1])
+    except ValueError:
+        seconds = 0.0
+    if not 0 < seconds < float("inf"):
+        raise InvalidValueError(
+            f"connect_timeout in the URL must be a positive number of seconds, got {found[-1]!r}"
+        )
+    rest = urllib.parse.urlencode([(n, v) for n, v in query if n != "connect_timeout"])
+    return urllib.parse.urlunsplit(parts._replace(query=rest)), seconds
 
 
 def _affected(status: str) -> int:
@@ -243,21 +355,28 @@ class PostgreSQLStore(NetworkStore[Any]):
     order; ``(namespace, key) WHERE key IS NOT NULL`` is a unique index, so two rows never
     share a key, whatever the number of concurrent writers. A save is one call of a
     server-side function (one round trip, one transaction); :meth:`save_many` saves a list
-    the same way in one round trip, all or nothing.
+    the same way in one round trip, all or nothing. :meth:`save_if` is one call of another
+    function, which locks the key's row while it judges the version (or, for a free key, lets
+    the unique index pick the one insert that lands). ``key`` is collated ``"C"`` (code-point
+    order), so :meth:`load_range` reads the (namespace, key) index in order. Tables made
+    before versions existed gain the ``version`` column (their rows at 0) and the collation
+    on first use.
 
     Content and metadata are JSONB: objects read back with JSONB's key order (sorted), and
     ``-0.0`` reads back as ``0.0``; every other plain-JSON value reads back equal and of
     the same type (large and tiny floats are sent positionally so that they stay floats).
 
     Args:
-        url: ``postgresql://user:password@host:port/database``.
+        url: ``postgresql://user:password@host:port/database``; a ``connect_timeout`` option
+            in it (seconds, as libpq spells it) wins over ``timeout`` for connecting.
         pool_size: Most connections per event loop.
         pool_min_size: Connections opened up front per event loop.
         timeout: Seconds allowed to connect and for each statement.
         schema_name: Schema of the table; a plain SQL identifier.
 
     Raises:
-        ValueError: ``schema_name`` is not a plain identifier, or a size is out of range.
+        ValueError: ``schema_name`` is not a plain identifier, a size is out of range, or
+            the URL's ``connect_timeout`` is not a positive number.
         ImportError: asyncpg is not installed (``pip install 'memlane[postgres]'``).
     """
 
@@ -285,15 +404,17 @@ class PostgreSQLStore(NetworkStore[Any]):
         self.pool_min_size = pool_min_size
         self.schema_name = check_schema_name(schema_name)
         self._sql = _PgSql(schema_name)
+        self._dsn, connect_timeout = _split_connect_timeout(self._url)
+        self.connect_timeout = self.timeout if connect_timeout is None else connect_timeout
 
     async def _open(self, loop: asyncio.AbstractEventLoop) -> Any:
         asyncpg = self._asyncpg
         try:
             return await asyncpg.create_pool(
-                self._url,
+                self._dsn,
                 min_size=self.pool_min_size,
                 max_size=self.pool_size,
-                timeout=self.timeout,
+                timeout=self.connect_timeout,
                 command_timeout=self.timeout,
             )
         except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
@@ -346,8 +467,8 @@ class PostgreSQLStore(NetworkStore[Any]):
     # ---- conversions
 
     def _params(self, namespace: str, entry: MemoryEntry) -> tuple[Any, ...]:
-        entry_id, scope, key, content, metadata, _created, _expires, importance = entry_to_row(
-            entry
+        entry_id, scope, key, content, metadata, _created, _expires, importance, _version = (
+            entry_to_row(entry)
         )
         for field, value in (("namespace", namespace), ("entry_id", entry_id), ("key", key)):
             problem = None if value is None else text_problem(value)
@@ -368,7 +489,9 @@ class PostgreSQLStore(NetworkStore[Any]):
         return [self._params(namespace, e) for e in entries]
 
     def _entry(self, record: Any) -> MemoryEntry:
-        entry_id, scope, key, content, metadata, created_at, expires_at, importance = record
+        entry_id, scope, key, content, metadata, created_at, expires_at, importance, version = (
+            record
+        )
         row = (
             entry_id,
             scope,
@@ -378,6 +501,7 @@ class PostgreSQLStore(NetworkStore[Any]):
             created_at.isoformat(),
             None if expires_at is None else expires_at.timestamp(),
             importance,
+            version,
         )
         return row_to_entry(row, f"PostgreSQL table {self.schema_name}.memory_entries")
 
@@ -390,6 +514,25 @@ class PostgreSQLStore(NetworkStore[Any]):
             await pool.execute(
                 self._sql.save_many, namespace, *(list(col) for col in zip(*rows, strict=True))
             )
+
+    async def _do_save_if(
+        self,
+        pool: Any,
+        namespace: str,
+        params: tuple[Any, ...],
+        expected: int | None,
+        retry: bool,
+    ) -> bool:
+        now = utc_now()
+        return bool(
+            await pool.fetchval(self._sql.save_if, namespace, *params, expected, now, retry)
+        )
+
+    async def _do_load_range(
+        self, pool: Any, namespace: str, start: str, stop: str, now: datetime
+    ) -> list[MemoryEntry]:
+        records = await pool.fetch(self._sql.load_range, namespace, now, start, stop)
+        return [self._entry(r) for r in records]
 
     async def _do_load(self, pool: Any, namespace: str, now: datetime) -> list[MemoryEntry]:
         return [self._entry(r) for r in await pool.fetch(self._sql.load, namespace, now)]
