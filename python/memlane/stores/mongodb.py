@@ -14,6 +14,8 @@ import inspect
 import json
 import threading
 import time
+import urllib.parse
+import uuid
 import warnings
 from datetime import datetime
 from typing import Any
@@ -21,7 +23,7 @@ from typing import Any
 from memlane._validate import check_positive_int, check_str
 from memlane.errors import InvalidValueError
 from memlane.stores._network import NetworkStore, require, utf8_problem
-from memlane.stores.protocol import entry_to_row, row_to_entry
+from memlane.stores.protocol import entry_to_row, next_version, row_to_entry
 from memlane.types import MemoryEntry
 
 __all__ = ["IndexFallbackWarning", "MongoDBStore", "check_mongo_name"]
@@ -53,11 +55,14 @@ _seq_clock = _SeqClock()
 
 
 class _Mongo:
-    """One event loop's view of MongoDB: a client, its collection, and whether we own it."""
+    """One event loop's view of MongoDB: a client, its collections, and whether we own it."""
 
-    def __init__(self, client: Any, collection: Any, owned: bool) -> None:
+    def __init__(self, client: Any, database: str, collection: str, owned: bool) -> None:
         self.client = client
-        self.collection = collection
+        self.collection = client[database][collection]
+        # save_if's claims (see MongoDBStore._claim), apart from the entries so that they never
+        # show up in load, namespaces or the entry_id index.
+        self.claims = client[database][f"{collection}.claims"]
         self.owned = owned
 
 
@@ -71,13 +76,38 @@ _PROJECTION = {
     "created_at": 1,
     "expires_at": 1,
     "importance": 1,
+    "version": 1,
 }
 _HOLDER = {"_id": 1, "entry_id": 1, "namespace": 1, "seq": 1}
+_CAS_HOLDER = {**_HOLDER, "expires_at": 1, "version": 1, "content": 1, "metadata": 1}
+_FIELDS = (
+    "entry_id",
+    "scope",
+    "key",
+    "content",
+    "metadata",
+    "created_at",
+    "expires_at",
+    "importance",
+)
+# Options the store sets from timeout and pool_size unless the URL sets them (URI option
+# names are case-insensitive).
+_URL_OPTIONS = ("maxPoolSize", "serverSelectionTimeoutMS", "connectTimeoutMS", "socketTimeoutMS")
 _ORDER = [("seq", 1), ("_id", 1)]
 
 
 def _live(now: float) -> dict[str, Any]:
     return {"$or": [{"expires_at": None}, {"expires_at": {"$gt": now}}]}
+
+
+def _is_live(doc: dict[str, Any], now: float) -> bool:
+    return doc.get("expires_at") is None or doc["expires_at"] > now
+
+
+def _url_options(url: str) -> set[str]:
+    """Lower-cased names of the options written in a ``mongodb://`` URL's query."""
+    query = urllib.parse.urlsplit(url).query
+    return {name.lower() for name, _ in urllib.parse.parse_qsl(query, keep_blank_values=True)}
 
 
 def _doc_id(namespace: str, key: str | None, entry_id: str) -> str:
@@ -125,7 +155,8 @@ class MongoDBStore(NetworkStore[_Mongo]):
     One document per entry: ``entry_id``, ``namespace``, ``scope``, ``key``, ``content`` and
     ``metadata`` as JSON text (so any dict key, ``$`` and dots included, and integers beyond
     64 bits round-trip exactly), ``created_at`` as ISO text (microseconds kept),
-    ``expires_at`` as Unix seconds, ``importance`` and ``seq`` (insertion order); a keyed
+    ``expires_at`` as Unix seconds, ``importance``, ``version`` and ``seq`` (insertion
+    order; a document written before versions existed reads as version 0); a keyed
     entry's ``_id`` is its (namespace, key), so two entries can never hold one key. Without
     multi-document transactions, a save is one insert for a new entry and otherwise a few
     single-document operations, each atomic; overwriting a key is one document update, so
@@ -134,13 +165,25 @@ class MongoDBStore(NetworkStore[_Mongo]):
     :meth:`save_many` writes a batch in one round trip but, unlike PostgreSQL, is not all
     or nothing.
 
+    :meth:`save_if` does not trust a filtered update to be atomic (FerretDB's is not: two
+    writers filtering on one version both win): a free key is taken by one insert, and a
+    held key is replaced only by the writer whose insert of a claim on (namespace, key,
+    version) into the ``{collection}.claims`` collection succeeded; the claim is removed
+    once the write is done. A writer that dies holding a claim blocks that key's
+    compare-and-swap for ``timeout`` seconds, after which the claim is taken over. A plain
+    :meth:`save` takes no claim: racing a ``save_if`` on one key, it may be overwritten.
+    Moving an entry that lives under another key as part of a ``save_if`` removes its old
+    document first and puts it back if the write then loses.
+
     Args:
-        url: ``mongodb://host:port/``.
+        url: ``mongodb://host:port/``; options written in it (``serverSelectionTimeoutMS``,
+            ``maxPoolSize``, ...; any case) win over ``timeout`` and ``pool_size``.
         database: Database name.
         collection: Collection name.
         pool_size: Most connections per client.
         client: An async client to use instead of making one.
-        timeout: Seconds allowed to select a server, connect and wait on a socket.
+        timeout: Seconds allowed to select a server, connect and wait on a socket; also how
+            old a ``save_if`` claim must be to count as abandoned.
 
     Raises:
         ImportError: PyMongo is not installed (``pip install 'memlane[mongodb]'``).
@@ -173,21 +216,23 @@ class MongoDBStore(NetworkStore[_Mongo]):
                 if self._client_loop is None or self._client_loop.is_closed():
                     self._client_loop = loop
             if self._client_loop is loop:
-                mongo = _Mongo(
-                    self._client, self._client[self.database][self.collection], owned=False
-                )
+                mongo = _Mongo(self._client, self.database, self.collection, owned=False)
                 await self._ping(mongo)
                 return mongo
         pymongo = require("pymongo", "mongodb")
         ms = int(self.timeout * 1000)
-        client = pymongo.AsyncMongoClient(
-            self._url,
-            maxPoolSize=self.pool_size,
-            serverSelectionTimeoutMS=ms,
-            connectTimeoutMS=ms,
-            socketTimeoutMS=ms,
-        )
-        mongo = _Mongo(client, client[self.database][self.collection], owned=True)
+        defaults = {
+            "maxPoolSize": self.pool_size,
+            "serverSelectionTimeoutMS": ms,
+            "connectTimeoutMS": ms,
+            "socketTimeoutMS": ms,
+        }
+        # PyMongo lets keyword arguments override the URL; an option written in the URL is
+        # the more specific wish, so the store's defaults only fill in what it leaves out.
+        in_url = _url_options(self._url)
+        options = {k: v for k, v in defaults.items() if k.lower() not in in_url}
+        client = pymongo.AsyncMongoClient(self._url, **options)
+        mongo = _Mongo(client, self.database, self.collection, owned=True)
         try:
             await self._ping(mongo)
         except BaseException:
@@ -265,8 +310,8 @@ class MongoDBStore(NetworkStore[_Mongo]):
     # ---- conversions
 
     def _document(self, namespace: str, entry: MemoryEntry) -> dict[str, Any]:
-        entry_id, scope, key, content, metadata, created_at, expires_at, importance = entry_to_row(
-            entry
+        entry_id, scope, key, content, metadata, created_at, expires_at, importance, version = (
+            entry_to_row(entry)
         )
         for field, value in (("namespace", namespace), ("entry_id", entry_id), ("key", key)):
             problem = None if value is None else utf8_problem(value)
@@ -290,6 +335,7 @@ class MongoDBStore(NetworkStore[_Mongo]):
             "created_at": created_at,
             "expires_at": expires_at,
             "importance": importance,
+            "version": version,
         }
         doc["_id"] = _doc_id(namespace, key, entry_id)
         return doc
@@ -298,19 +344,8 @@ class MongoDBStore(NetworkStore[_Mongo]):
         return [self._document(namespace, e) for e in entries]
 
     def _entry(self, doc: dict[str, Any]) -> MemoryEntry:
-        row = tuple(
-            doc.get(f)
-            for f in (
-                "entry_id",
-                "scope",
-                "key",
-                "content",
-                "metadata",
-                "created_at",
-                "expires_at",
-                "importance",
-            )
-        )
+        # A document written before versions existed has none: version 0, as after a save.
+        row = (*(doc.get(f) for f in _FIELDS), doc.get("version", 0))
         return row_to_entry(row, f"MongoDB collection {self.database}.{self.collection}")
 
     # ---- operations
@@ -381,6 +416,165 @@ class MongoDBStore(NetworkStore[_Mongo]):
                 raise
             for doc in docs[min(e["index"] for e in write_errors) :]:
                 await self._save_one(coll, doc)
+
+    async def _do_save_if(
+        self,
+        mongo: _Mongo,
+        namespace: str,
+        doc: dict[str, Any],
+        expected: int | None,
+        retry: bool,
+    ) -> bool:
+        coll = mongo.collection
+        version = next_version(expected)
+        if retry and await self._holds(coll, doc, version):
+            return True
+        for _ in range(100):
+            if expected is None:
+                try:
+                    # The key is free (the usual case): one insert, which the unique _id makes
+                    # the arbiter between writers racing for the key.
+                    await coll.insert_one({**doc, "seq": _seq_clock.next(), "version": version})
+                    return True
+                except self._errors.OperationFailure as exc:
+                    if not self._is_duplicate(exc):
+                        raise
+            holder = await coll.find_one({"_id": doc["_id"]}, _CAS_HOLDER)
+            now = time.time()
+            if holder is None:
+                if expected is not None:
+                    return False
+                # The key is free and the insert met this entry_id under another key.
+                won = await self._move_onto_free_key(coll, doc, version)
+            elif _is_live(holder, now) and holder.get("version", 0) != expected:
+                return False  # None never equals a version: a live holder beats "absent"
+            elif not _is_live(holder, now) and expected is not None:
+                return False
+            else:
+                won = await self._replace_holder(mongo, doc, holder, version)
+            if won is not None:
+                return won
+            # The holder changed hands while we worked (an expired one cleaned up, a plain
+            # save): "absent" is judged again.
+            if expected is not None:
+                return False
+        raise RuntimeError(f"could not save entry {doc['entry_id']!r}: the key kept changing hands")
+
+    async def _holds(self, coll: Any, doc: dict[str, Any], version: int) -> bool:
+        """Whether the key already holds exactly ``doc`` at ``version`` (a retried win)."""
+        held = await coll.find_one({"_id": doc["_id"]}, _CAS_HOLDER)
+        return held is not None and all(
+            held.get(f) == v
+            for f, v in (
+                ("entry_id", doc["entry_id"]),
+                ("version", version),
+                ("content", doc["content"]),
+                ("metadata", doc["metadata"]),
+            )
+        )
+
+    async def _claim(self, claims: Any, claim_id: str, token: str) -> bool:
+        """Takes the one right to replace a key's holder at one version.
+
+        FerretDB applies a filtered update as a read, then a write that does not check the
+        filter again, so two writers filtering on the same version would both win; an insert
+        under a unique ``_id`` is atomic on every server, so the claim decides instead. A
+        claim older than ``timeout`` was left by a writer that died before releasing it, and
+        is taken over.
+        """
+        document = {"_id": claim_id, "token": token, "at": time.time()}
+        try:
+            await claims.insert_one(document)
+            return True
+        except self._errors.OperationFailure as exc:
+            if not self._is_duplicate(exc):
+                raise
+        held = await claims.find_one({"_id": claim_id})
+        if held is None or held["at"] > time.time() - self.timeout:
+            return False
+        await claims.delete_one({"_id": claim_id, "token": held["token"]})
+        try:
+            await claims.insert_one({**document, "at": time.time()})
+            return True
+        except self._errors.OperationFailure as exc:
+            if not self._is_duplicate(exc):
+                raise
+        return False
+
+    async def _replace_holder(
+        self, mongo: _Mongo, doc: dict[str, Any], holder: dict[str, Any], version: int
+    ) -> bool | None:
+        """Replaces the key's ``holder`` (as read) by ``doc``: won, lost, or ``None`` (changed)."""
+        coll, entry_id = mongo.collection, doc["entry_id"]
+        claim_id = json.dumps([doc["namespace"], doc["key"], holder.get("version", 0)])
+        token = uuid.uuid4().hex
+        if not await self._claim(mongo.claims, claim_id, token):
+            return False
+        try:
+            old = None
+            if holder["entry_id"] == entry_id:
+                seq = holder["seq"]
+            else:
+                # The entry may live on under another key or namespace: save's rules move it
+                # here (keeping its place in this namespace), which the unique entry_id
+                # index allows only once the old document is gone.
+                old = await coll.find_one({"entry_id": entry_id})
+                same = old is not None and old["namespace"] == doc["namespace"]
+                seq = old["seq"] if same and old is not None else _seq_clock.next()
+                if old is not None:
+                    await coll.delete_one({"_id": old["_id"], "entry_id": entry_id})
+            # The filter repeats what was judged: a plain save in between makes this a loss.
+            state = {
+                "_id": holder["_id"],
+                "entry_id": holder["entry_id"],
+                "version": holder.get("version"),
+                "expires_at": holder.get("expires_at"),
+            }
+            replaced = await coll.update_one(
+                state, {"$set": {**doc, "seq": seq, "version": version}}
+            )
+            if replaced.matched_count:
+                return True
+            if old is not None:
+                await self._restore(coll, old)
+            return None
+        finally:
+            await mongo.claims.delete_one({"_id": claim_id, "token": token})
+
+    async def _move_onto_free_key(
+        self, coll: Any, doc: dict[str, Any], version: int
+    ) -> bool | None:
+        """Moves an entry that lives under another ``_id`` onto the free key of ``doc``."""
+        old = await coll.find_one({"entry_id": doc["entry_id"]})
+        if old is None:
+            return None  # gone meanwhile: the plain insert is tried again
+        seq = old["seq"] if old["namespace"] == doc["namespace"] else _seq_clock.next()
+        await coll.delete_one({"_id": old["_id"], "entry_id": doc["entry_id"]})
+        try:
+            await coll.insert_one({**doc, "seq": seq, "version": version})
+            return True
+        except self._errors.OperationFailure as exc:
+            if not self._is_duplicate(exc):
+                raise
+        # Another writer took the key in between: this one lost, and its entry goes back.
+        await self._restore(coll, old)
+        return None
+
+    async def _restore(self, coll: Any, old: dict[str, Any]) -> None:
+        """Puts back a document a lost ``save_if`` removed (unless its place was taken)."""
+        try:
+            await coll.insert_one(old)
+        except self._errors.OperationFailure as exc:
+            if not self._is_duplicate(exc):
+                raise
+
+    async def _do_load_range(
+        self, mongo: _Mongo, namespace: str, start: str, stop: str, now: datetime
+    ) -> list[MemoryEntry]:
+        # MongoDB compares strings by their UTF-8 bytes, which is code-point order.
+        query = {"namespace": namespace, "key": {"$gte": start, "$lt": stop}}
+        cursor = mongo.collection.find({**query, **_live(now.timestamp())}, _PROJECTION)
+        return [self._entry(d) for d in await _to_list(cursor.sort([("key", 1)]))]
 
     async def _do_load(self, mongo: _Mongo, namespace: str, now: datetime) -> list[MemoryEntry]:
         cursor = mongo.collection.find(
