@@ -986,6 +986,12 @@ class TestPostgreSQLSchema:
                         made.name,
                     )
                 )
+                key_collation = await con.fetchval(
+                    "SELECT collation_name FROM information_schema.columns "
+                    "WHERE table_schema = $1 AND table_name = 'memory_entries' "
+                    "AND column_name = 'key'",
+                    made.name,
+                )
                 indexes = {
                     r["indexname"]: r["indexdef"]
                     for r in await con.fetch(
@@ -1013,7 +1019,9 @@ class TestPostgreSQLSchema:
             "created_at": "timestamp with time zone",
             "expires_at": "timestamp with time zone",
             "importance": "double precision",
+            "version": "bigint",
         }
+        assert key_collation == "C"  # code-point order, as load_range promises
         assert "(entry_id)" in indexes["memory_entries_pkey"]
         assert "(namespace, seq)" in indexes["memory_entries_namespace"]
         key_index = indexes["memory_entries_namespace_key"]
