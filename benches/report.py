@@ -48,6 +48,8 @@ def _headline(key: str, case: str) -> bool:
         return case.startswith(("set/get/has mix", "store.load"))
     if key == "memory":
         return case.startswith("RSS")
+    if key == "fleet":
+        return "(diagnostic" not in case
     return True
 
 
