@@ -39,6 +39,9 @@ SYNC_METHODS = [
 ]
 """Every store's sync methods; each has an ``async_`` twin (the one method set of all stores)."""
 
+CONDITIONAL_METHODS = ["save_if", "load_range"]
+"""What every memlane store adds for hosts sharing it (:class:`memlane.stores.ConditionalStore`)."""
+
 
 def require_rust_core() -> ModuleType:
     """The extension, which differential tests need on both passes of the suite.

@@ -29,11 +29,11 @@ from motor.motor_asyncio import AsyncIOMotorClient
 from pymongo import AsyncMongoClient
 from pymongo.errors import InvalidOperation
 
-from conftest import SYNC_METHODS
+from conftest import CONDITIONAL_METHODS, SYNC_METHODS
 from db_servers import Server
 from memlane import ConversationMemory, InMemoryStore, MemoryManager, MemoryStore
 from memlane.errors import InvalidValueError, StoreConnectionError, UnstorableValueError
-from memlane.stores import IndexFallbackWarning, MongoDBStore, PostgreSQLStore
+from memlane.stores import ConditionalStore, IndexFallbackWarning, MongoDBStore, PostgreSQLStore
 from memlane.types import MemoryEntry, MemoryScope, utc_now
 
 KINDS = ["postgres", "mongodb", "motor"]
@@ -688,7 +688,8 @@ class TestUniformMethods:
 
     async def test_method_set(self, store: Store) -> None:
         assert isinstance(store, MemoryStore)
-        for name in SYNC_METHODS:
+        assert isinstance(store, ConditionalStore)
+        for name in [*SYNC_METHODS, *CONDITIONAL_METHODS]:
             assert not inspect.iscoroutinefunction(getattr(store, name)), name
             assert inspect.iscoroutinefunction(getattr(store, f"async_{name}")), name
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from conftest import SYNC_METHODS
+from conftest import CONDITIONAL_METHODS, SYNC_METHODS
 from memlane import (
     CorruptStoreError,
     FileStore,
@@ -33,6 +33,7 @@ from memlane import (
     _backend,
 )
 from memlane.errors import StoreClosedError, StoreError, StorePathError
+from memlane.stores import ConditionalStore
 from memlane.stores.file import namespace_filename
 
 STORES = ["memory", "sqlite", "file"]
@@ -324,7 +325,8 @@ class TestUniformMethods:
     """Every store has every sync method, its async_ twin, and both context managers."""
 
     def test_method_set(self, store: Any) -> None:
-        for name in SYNC_METHODS:
+        assert isinstance(store, ConditionalStore)
+        for name in [*SYNC_METHODS, *CONDITIONAL_METHODS]:
             assert callable(getattr(store, name)), name
             assert not inspect.iscoroutinefunction(getattr(store, name)), name
             assert inspect.iscoroutinefunction(getattr(store, f"async_{name}")), name
