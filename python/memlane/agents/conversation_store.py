@@ -83,9 +83,12 @@ class MemlaneConversationStore(ConversationStore):
 
     # ---------------------------------------------------------------- encoding
 
-    def _record_entry(self, conversation_id: str, content: object, kind: str) -> MemoryEntry:
+    @staticmethod
+    def _record_entry(conversation_id: str, content: object, kind: str) -> MemoryEntry:
         return MemoryEntry.model_construct(
-            entry_id=uuid.uuid5(uuid.NAMESPACE_URL, f"memlane:pydantic-ai:{conversation_id}").hex,
+            # A new entry_id per write: racing writers then share only the key, which is what
+            # save_if judges (on PostgreSQL, racers sharing an entry_id could all win a free key).
+            entry_id=uuid.uuid4().hex,
             scope=MemoryScope.CONVERSATION,
             key=conversation_id,
             content=content,
