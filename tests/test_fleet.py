@@ -555,6 +555,24 @@ class TestSummariesInBackground:
         await memory.async_close()
         memory.store.close()
 
+    def test_flush_leaves_the_conversation_under_its_threshold(
+        self, impl: _backend.Implementation, tmp_path: Path
+    ) -> None:
+        # Turns added while a summary is in flight are folded in by the same job afterwards.
+        held = HeldSummarizer()
+        memory = background_memory(tmp_path / "m.sqlite3", held)
+        cid = uuid.uuid4().hex
+        added = add_while_held(memory, held, cid)
+        held.release.set()
+        memory.flush()
+        held.assert_all_done()
+        kept = memory.get_turns(cid)
+        total = memory.get_total_tokens(cid)
+        assert total <= THRESHOLD or len(kept) == 1, f"{total} tokens in {len(kept)} turns kept"
+        assert_settled(memory, cid, added)
+        memory.close()
+        memory.store.close()
+
     def test_close_waits_for_pending_summaries(
         self, impl: _backend.Implementation, tmp_path: Path
     ) -> None:

@@ -51,7 +51,7 @@ logger = logging.getLogger("memlane")
 T = TypeVar("T")
 
 _SUMMARY_ROUNDS = 3
-"""How often a host summarises again after another host's summary made its result stale."""
+"""How often a host summarises again after other summaries made its result stale."""
 
 _ELLIPSIS = " …"
 
@@ -314,13 +314,15 @@ class ConversationLogic:
 
         Inline, the caller holds the conversation's lock throughout. In the background the
         lock is held to read the turns and to commit, never while the summarizer runs, so
-        turns keep being added meanwhile. A summary commits only if no other summary did
+        turns keep being added meanwhile, and the job goes on until the turns kept are back
+        under the threshold. A summary commits only if no other summary did
         since its turns were read (another host's, on a shared store); otherwise it is
         discarded and, if the conversation is still over its threshold, made again from the
         new state.
         """
         lock: HybridLock | None = None
-        for _ in range(_SUMMARY_ROUNDS):
+        stale = 0
+        while stale < _SUMMARY_ROUNDS:
             if background and lock is None:
                 lock = yield from self._locked(cid)
             state = yield from self._coherent_plan(cid, create=False)
@@ -341,8 +343,11 @@ class ConversationLogic:
                 raise TypeError(f"summarizer must return str, not {type(summary).__name__}")
             if background:
                 lock = yield from self._locked(cid)
-            if (yield from self._commit_summary_plan(cid, basis, count, summary)):
-                return
+            if not (yield from self._commit_summary_plan(cid, basis, count, summary)):
+                stale += 1
+            elif not background:
+                return  # inline, nothing was added meanwhile: the total is under the threshold
+            # In the background, turns added while the summarizer ran may still exceed it.
 
     def _commit_summary_plan(
         self,
