@@ -13,8 +13,11 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import AsyncIterator, Iterator
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import Any
 
@@ -252,6 +255,177 @@ class TestSaveIfRacesInOneProcess:
         await asyncio.gather(*(increment(s, 8, n % 2 == 1) for n, s in enumerate(stores)))
         final = await stores[0].async_load("ns")
         assert [(e.content, e.version) for e in final] == [(24, 25)]
+
+
+# ---------------------------------------------------------------------------- shared entry_id
+
+RaceOnce = Callable[[dict[str, Any]], Awaitable[list[bool]]]
+"""Runs one race: every racer ``n`` saves_if ``{**spec["content"], "racer": n}`` under
+``spec["entry_id"]`` onto ``spec["key"]``, expecting ``spec["expected"][n]``; returns who won."""
+
+EXPECTATIONS = ["absent", "held", "mixed"]
+"""What the racers of a round expect: all None (the key free, or held by an expired entry), all
+the holder's version (the holder being the shared entry itself or another one), or half each."""
+
+ROUNDS = 30
+SHARED_TEXT = "A turn of a conversation that several hosts try to record at once. " * 50
+"""A few KB, as a real conversation record is, shared by every racer of a round."""
+
+
+async def race_rounds(checker: Store, expecting: str, race: RaceOnce, racers: int) -> None:
+    """Races ``racers`` writers sharing ONE entry_id over ``ROUNDS`` keys, checking each round.
+
+    The entry_id is the same in every round, so from the second round on it lives under the
+    previous key, and a win moves it (save's rules); the last key then holds it alone.
+    """
+    entry_id = uuid.uuid4().hex
+    past = utc_now() - timedelta(seconds=1)
+    for i in range(ROUNDS):
+        key = f"key-{i:02d}"
+        if expecting == "absent":
+            if i % 3 == 2:
+                await checker.async_save("ns", keyed(key, "expired", expires_at=past))
+            expected: list[int | None] = [None] * racers
+        else:
+            holder_id = entry_id if i % 2 else uuid.uuid4().hex
+            holder = MemoryEntry(entry_id=holder_id, key=key, content="holder")
+            assert await checker.async_save_if("ns", holder, None)
+            expected = [None if expecting == "mixed" and n % 2 else 1 for n in range(racers)]
+        results = await race(
+            {
+                "key": key,
+                "entry_id": entry_id,
+                "content": {"text": SHARED_TEXT},
+                "expected": expected,
+            }
+        )
+        assert results.count(True) == 1, (key, results)
+        winner = results.index(True)
+        assert expecting == "absent" or expected[winner] == 1, (key, results)
+        held = await checker.async_load_by_key("ns", key)
+        assert held is not None, key
+        assert (held.entry_id, held.version) == (entry_id, 1 if expecting == "absent" else 2)
+        assert held.content == {"text": SHARED_TEXT, "racer": winner}, key
+    stored = [e for e in await checker.async_load("ns") if e.entry_id == entry_id]
+    assert [e.key for e in stored] == [f"key-{ROUNDS - 1:02d}"]
+
+
+class TestSaveIfRacersSharingAnEntryId:
+    """Racers writing one entry_id onto one key: exactly one wins, and its entry is stored."""
+
+    @pytest.mark.parametrize("expecting", EXPECTATIONS)
+    async def test_threads(self, own_factory: StoreFactory, expecting: str) -> None:
+        stores = [await initialized(own_factory.make()) for _ in range(8)]
+
+        def save_if(n: int, spec: dict[str, Any], barrier: threading.Barrier) -> bool:
+            new = MemoryEntry(
+                entry_id=spec["entry_id"], key=spec["key"], content={**spec["content"], "racer": n}
+            )
+            barrier.wait(STEP_TIMEOUT)
+            return stores[n].save_if("ns", new, spec["expected"][n])
+
+        with ThreadPoolExecutor(len(stores)) as pool:
+
+            async def race(spec: dict[str, Any]) -> list[bool]:
+                barrier = threading.Barrier(len(stores))
+                futures = [pool.submit(save_if, n, spec, barrier) for n in range(len(stores))]
+                return [await asyncio.wrap_future(f) for f in futures]
+
+            # Each store connects on its own loop (the sync methods' one) before the race.
+            warm = [pool.submit(s.load, "warm-up") for s in stores]
+            for f in warm:
+                await asyncio.wrap_future(f)
+            await race_rounds(stores[0], expecting, race, len(stores))
+
+
+class TestPostgreSQLSaveIfInterleavings:
+    """PostgreSQL's save_if with the winner's transaction held open: a waiting loser stays a loser."""
+
+    @pytest.fixture
+    async def pg(self, request: pytest.FixtureRequest) -> AsyncIterator[PostgreSQLStore]:
+        made = StoreFactory("postgres", server_for(request, "postgres"))
+        store = await initialized(made.make())
+        assert isinstance(store, PostgreSQLStore)
+        yield store
+        await made.cleanup()
+
+    @staticmethod
+    async def call(
+        con: asyncpg.Connection, store: PostgreSQLStore, new: MemoryEntry, expected: int | None
+    ) -> bool:
+        """The store's save_if statement on ``con``, whose transaction the test controls."""
+        params = store._prepare("ns", [new])[0]
+        return await store._do_save_if(con, "ns", params, expected, retry=False)
+
+    @pytest.mark.parametrize(
+        ("holder", "expected"),
+        [("none", None), ("expired", None), ("other", 1), ("shared", 1), ("moving", None)],
+    )
+    async def test_the_second_racer_waits_then_loses(
+        self, pg: PostgreSQLStore, postgres_server: Server, holder: str, expected: int | None
+    ) -> None:
+        shared = keyed("k", {"racer": 0, "text": SHARED_TEXT})
+        past = utc_now() - timedelta(seconds=1)
+        if holder == "expired":
+            await pg.async_save("ns", keyed("k", "expired", expires_at=past))
+        elif holder == "other":
+            assert await pg.async_save_if("ns", keyed("k", "holder"), None)
+        elif holder == "shared":
+            assert await pg.async_save_if("ns", shared.model_copy(update={"content": 0}), None)
+        elif holder == "moving":
+            await pg.async_save("ns", shared.model_copy(update={"key": "elsewhere"}))
+        first, second = [await asyncpg.connect(postgres_server.url) for _ in range(2)]
+        try:
+            async with first.transaction():
+                assert await self.call(first, pg, shared, expected)
+                loser = shared.model_copy(update={"content": {"racer": 1, "text": SHARED_TEXT}})
+                waiting = asyncio.ensure_future(self.call(second, pg, loser, expected))
+                # The second racer reaches the first one's row lock (the key's holder or the
+                # entry_id's new row) and waits there until the first commits.
+                pid = second.get_server_pid()
+                for _ in range(int(STEP_TIMEOUT * 100)):
+                    state = await first.fetchval(
+                        "SELECT wait_event_type FROM pg_stat_activity WHERE pid = $1", pid
+                    )
+                    if state == "Lock" or waiting.done():
+                        break
+                    await asyncio.sleep(0.01)
+                assert not waiting.done()
+            assert await asyncio.wait_for(waiting, STEP_TIMEOUT) is False
+        finally:
+            await first.close()
+            await second.close()
+        held = await pg.async_load_by_key("ns", "k")
+        assert held is not None
+        assert (held.content, held.version) == (shared.content, 1 if expected is None else 2)
+        assert await pg.async_load_by_key("ns", "elsewhere") is None
+
+    async def test_a_table_of_the_previous_schema_gets_the_current_function(
+        self, pg: PostgreSQLStore, postgres_server: Server
+    ) -> None:
+        s = f'"{pg.schema_name}"'
+        con = await asyncpg.connect(postgres_server.url)
+        try:
+            # What an older release left behind: its mark, and a save_if of its own.
+            await con.execute(
+                f"""
+                CREATE OR REPLACE FUNCTION {s}.save_entry_if(
+                    p_namespace TEXT, p_entry_id TEXT, p_scope TEXT, p_key TEXT,
+                    p_content JSONB, p_metadata JSONB, p_created_at TIMESTAMPTZ,
+                    p_expires_at TIMESTAMPTZ, p_importance FLOAT, p_expected BIGINT,
+                    p_now TIMESTAMPTZ, p_retry BOOLEAN
+                ) RETURNS BOOLEAN LANGUAGE sql AS 'SELECT TRUE';
+                COMMENT ON TABLE {s}.memory_entries IS 'memlane schema 2';
+                """
+            )
+        finally:
+            await con.close()
+        store = await initialized(PostgreSQLStore(postgres_server.url, schema_name=pg.schema_name))
+        try:
+            assert await store.async_save_if("ns", keyed("k", 1), None) is True
+            assert await store.async_save_if("ns", keyed("k", 2), None) is False
+        finally:
+            await store.async_close()
 
 
 class TestMongoDBClaims:
@@ -520,6 +694,13 @@ if cfg["mode"] == "claim":
     for line in sys.stdin:
         won = store.save_if("ns", MemoryEntry(key=line.strip(), content=cfg["label"]), None)
         print(json.dumps(won), flush=True)
+elif cfg["mode"] == "cas":
+    for line in sys.stdin:
+        race = json.loads(line)
+        content = {**race["content"], "racer": cfg["label"]}
+        new = MemoryEntry(entry_id=race["entry_id"], key=race["key"], content=content)
+        won = store.save_if("ns", new, race["expected"][cfg["label"]])
+        print(json.dumps(won), flush=True)
 else:
     sys.stdin.readline()
     lost = 0
@@ -645,3 +826,24 @@ class TestSaveIfAcrossProcesses:
         await asyncio.to_thread(w.finish)
         final = await store.async_load("ns")
         assert [(e.key, e.content, e.version) for e in final] == [("counter", 90, 91)]
+
+    @pytest.mark.parametrize("expecting", EXPECTATIONS)
+    async def test_racers_sharing_an_entry_id(
+        self,
+        own_factory: StoreFactory,
+        impl: _backend.Implementation,
+        workers: list[Workers],
+        expecting: str,
+    ) -> None:
+        checker = await initialized(own_factory.make())
+        base = {"kind": own_factory.kind, "url": own_factory.server.url, "name": own_factory.name}
+        w = Workers([{**base, "mode": "cas", "label": n} for n in range(4)], impl)
+        workers.append(w)
+        assert await asyncio.to_thread(w.read_all) == ["ready"] * 4
+
+        async def race(spec: dict[str, Any]) -> list[bool]:
+            w.send_all(json.dumps(spec))
+            return [json.loads(r) for r in await asyncio.to_thread(w.read_all)]
+
+        await race_rounds(checker, expecting, race, 4)
+        await asyncio.to_thread(w.finish)

@@ -519,6 +519,10 @@ class MongoDBStore(NetworkStore[_Mongo]):
                 # here (keeping its place in this namespace), which the unique entry_id
                 # index allows only once the old document is gone.
                 old = await coll.find_one({"entry_id": entry_id})
+                if old is not None and old["_id"] == doc["_id"]:
+                    # A racer sharing this entry_id replaced the holder since it was read:
+                    # removing "the old place" would remove that win.
+                    return None
                 same = old is not None and old["namespace"] == doc["namespace"]
                 seq = old["seq"] if same and old is not None else _seq_clock.next()
                 if old is not None:
@@ -546,8 +550,10 @@ class MongoDBStore(NetworkStore[_Mongo]):
     ) -> bool | None:
         """Moves an entry that lives under another ``_id`` onto the free key of ``doc``."""
         old = await coll.find_one({"entry_id": doc["entry_id"]})
-        if old is None:
-            return None  # gone meanwhile: the plain insert is tried again
+        if old is None or old["_id"] == doc["_id"]:
+            # Gone meanwhile, or already on this key (a racer sharing the entry_id won it, and
+            # removing it as "the old place" would let a second win in): judged again.
+            return None
         seq = old["seq"] if old["namespace"] == doc["namespace"] else _seq_clock.next()
         await coll.delete_one({"_id": old["_id"], "entry_id": doc["entry_id"]})
         try:

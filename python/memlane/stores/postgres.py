@@ -220,6 +220,11 @@ $body$;
 -- holds the key there is no row to lock, and the unique index decides instead (the loser's
 -- unique_violation sends it round the loop, where it finds the winner's row). A win then
 -- writes the entry as save_entry does; a loss returns before writing anything.
+-- Racers that share an entry_id meet on the primary key, not the key's index: the loser's
+-- insert would become an update of the winner's row. So the update is judged again on the
+-- row it locks: a row that holds this key must still be what the caller expected, or the
+-- attempt goes round the loop (undoing its DELETE) and loses there to the row it found. A
+-- row under another key or namespace is this entry moving, which save's rules allow.
 -- p_retry: the first attempt's connection failed, so it may have won: the key already
 -- holding exactly this entry at the new version is that win.
 CREATE OR REPLACE FUNCTION {s}.save_entry_if(
@@ -261,7 +266,14 @@ BEGIN
                 content = EXCLUDED.content, metadata = EXCLUDED.metadata,
                 created_at = EXCLUDED.created_at, expires_at = EXCLUDED.expires_at,
                 importance = EXCLUDED.importance, version = EXCLUDED.version,
-                seq = CASE WHEN m.namespace = EXCLUDED.namespace THEN m.seq ELSE EXCLUDED.seq END;
+                seq = CASE WHEN m.namespace = EXCLUDED.namespace THEN m.seq ELSE EXCLUDED.seq END
+            WHERE m.namespace <> p_namespace OR m.key IS DISTINCT FROM p_key
+               OR CASE WHEN m.expires_at IS NOT NULL AND m.expires_at <= p_now
+                       THEN p_expected IS NULL
+                       ELSE p_expected IS NOT NULL AND m.version = p_expected END;
+            IF NOT FOUND THEN
+                RAISE unique_violation;
+            END IF;
             RETURN TRUE;
         EXCEPTION WHEN unique_violation THEN
             attempt := attempt + 1;
@@ -288,7 +300,7 @@ END
 $body$;
 """
         # Bump when the DDL above changes: a table marked with this version needs nothing.
-        self.version = "memlane schema 2"
+        self.version = "memlane schema 3"
         self.migrate += f"COMMENT ON TABLE {t} IS '{self.version}';\n"
         self.current_version = f"SELECT obj_description(to_regclass('{t}'), 'pg_class')"
         self.save_one = f"SELECT {s}.save_entry($1, $2, $3, $4, $5, $6, $7, $8, $9)"
