@@ -1,0 +1,503 @@
+"""Episodes: what happened in a past agent run, kept so later runs can learn from it.
+
+An episode records what triggered a run, its input, the conversation's messages, the tool
+calls made (each with its result), the outcome, the timing and, optionally, human feedback.
+:meth:`EpisodesMixin.record_episode` stores one from its parts and
+:meth:`EpisodesMixin.episode_from_run` builds and stores one from a pydantic-ai run result.
+
+Every episode lives in one namespace of the store, keyed by its id; :meth:`episodes` reads
+that namespace and filters it, so listing costs one read of every stored episode.
+"""
+
+from __future__ import annotations
+
+import math
+import uuid
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, Field, field_validator
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelMessagesTypeAdapter,
+    ModelRequest,
+    ModelResponse,
+    RetryPromptPart,
+    ToolCallPart,
+    ToolReturnPart,
+    UserPromptPart,
+)
+from pydantic_core import to_jsonable_python
+
+from memlane._runner import Plan, Step, StoreCall, async_method, sync_method
+from memlane._validate import check_identifier, check_positive_int, check_str, type_name
+from memlane.longterm.fuzzy import matches_words
+from memlane.longterm.model import check_json_value, namespace, render_value
+from memlane.stores import MemoryStore
+from memlane.types import MemoryEntry, MemoryScope, as_utc, utc_now
+
+if TYPE_CHECKING:
+    from pydantic_ai.run import AgentRunResult
+
+__all__ = ["EPISODES_NAMESPACE", "Episode", "EpisodeOutcome", "EpisodesMixin"]
+
+EPISODES_NAMESPACE = namespace("longterm", "episodes")
+"""The namespace every episode is stored in, keyed by :attr:`Episode.id`."""
+
+
+class EpisodeOutcome(BaseModel):
+    """How a run ended.
+
+    Attributes:
+        success: Whether it reached its goal.
+        output: The final output (any plain JSON value).
+        error: What went wrong, for a failure.
+    """
+
+    success: bool
+    output: Any = None
+    error: str | None = None
+
+
+class Episode(BaseModel):
+    """One past agent run.
+
+    Attributes:
+        id: Unique id (uuid4 hex).
+        trigger: What started the run, e.g. ``"user_message"`` or ``"schedule"``.
+        input: What the run was given (any plain JSON value).
+        messages: The run's messages as JSON objects (pydantic-ai's message shape when they
+            came from pydantic-ai; :meth:`model_messages` turns them back into messages).
+        actions: The tool calls, in order, each ``{"tool": name, "args": {...}, "result": ...}``
+            (an episode built from a run adds ``tool_call_id`` and the return's ``outcome``).
+        outcome: Success or failure, the final output and the error.
+        started_at: When the run started, aware UTC.
+        ended_at: When it ended, aware UTC.
+        duration: ``ended_at - started_at`` in seconds.
+        rating: Optional human rating (any finite number, on the caller's scale).
+        comment: Optional human comment.
+        agent_id: The agent that ran.
+        user_id: The user it ran for, if any.
+        conversation_id: The conversation it belonged to, if any.
+    """
+
+    id: str = Field(default_factory=lambda: uuid.uuid4().hex)
+    trigger: str
+    input: Any = None
+    messages: list[dict[str, Any]] = Field(default_factory=list)
+    actions: list[dict[str, Any]] = Field(default_factory=list)
+    outcome: EpisodeOutcome
+    started_at: datetime
+    ended_at: datetime
+    duration: float = Field(ge=0.0)
+    rating: float | None = None
+    comment: str | None = None
+    agent_id: str
+    user_id: str | None = None
+    conversation_id: str | None = None
+
+    @field_validator("started_at", "ended_at")
+    @classmethod
+    def _utc(cls, value: datetime) -> datetime:
+        return as_utc(value)
+
+    @property
+    def success(self) -> bool:
+        """Whether the run succeeded (``outcome.success``)."""
+        return self.outcome.success
+
+    def model_messages(self) -> list[ModelMessage]:
+        """The messages as pydantic-ai messages.
+
+        Raises:
+            pydantic.ValidationError: A message is a plain dict not in pydantic-ai's shape.
+        """
+        messages: list[ModelMessage] = ModelMessagesTypeAdapter.validate_python(self.messages)
+        return messages
+
+    def search_text(self) -> str:
+        """What recall's fuzzy search matches: the trigger, the input and the output."""
+        texts = [self.trigger, render_value(self.input), render_value(self.outcome.output)]
+        return "\n".join(texts)
+
+
+class EpisodesMixin:
+    """Episode operations of :class:`~memlane.longterm.LongTermMemory`; each has an ``async_`` twin."""
+
+    store: MemoryStore
+
+    def _record_episode(
+        self,
+        *,
+        agent_id: str,
+        trigger: str,
+        input: Any,  # the issue's public name
+        messages: Sequence[Any] = (),
+        actions: Sequence[dict[str, Any]] = (),
+        success: bool,
+        output: Any = None,
+        error: str | None = None,
+        user_id: str | None = None,
+        conversation_id: str | None = None,
+        started_at: datetime | None = None,
+        ended_at: datetime | None = None,
+        rating: float | None = None,
+        comment: str | None = None,
+    ) -> Step[Episode]:
+        """Stores an episode built from its parts and returns it.
+
+        Args:
+            agent_id: The agent that ran.
+            trigger: What started the run.
+            input: What the run was given (plain JSON).
+            messages: pydantic-ai messages, or plain JSON objects, in order.
+            actions: Tool calls, each a dict with a ``str`` ``"tool"``, optional ``"args"``
+                (a dict) and ``"result"``; plain JSON.
+            success: Whether the run reached its goal.
+            output: The final output (plain JSON).
+            error: What went wrong.
+            user_id: The user it ran for.
+            conversation_id: The conversation it belonged to.
+            started_at: When it started; ``ended_at`` by default.
+            ended_at: When it ended; now by default.
+            rating: Human rating, a finite number.
+            comment: Human comment.
+
+        Returns:
+            The stored episode, with its ``id`` and ``duration``.
+
+        Raises:
+            TypeError: An argument of the wrong type (the message names it); a value that is
+                not plain JSON (:class:`~memlane.errors.UnstorableValueError`).
+            ValueError: An empty id or trigger, ``started_at`` after ``ended_at``, a
+                non-finite rating. Nothing is written.
+        """
+        episode = build_episode(
+            agent_id=agent_id,
+            trigger=trigger,
+            input=input,
+            messages=messages,
+            actions=actions,
+            success=success,
+            output=output,
+            error=error,
+            user_id=user_id,
+            conversation_id=conversation_id,
+            started_at=started_at,
+            ended_at=ended_at,
+            rating=rating,
+            comment=comment,
+        )
+        return _save(episode)
+
+    record_episode = sync_method(_record_episode)
+    async_record_episode = async_method(_record_episode)
+
+    def _episode_from_run(
+        self,
+        result: AgentRunResult[Any],
+        *,
+        agent_id: str,
+        trigger: str = "agent_run",
+        input: Any = None,  # the issue's public name
+        user_id: str | None = None,
+        conversation_id: str | None = None,
+        rating: float | None = None,
+        comment: str | None = None,
+    ) -> Step[Episode]:
+        """Builds an episode from a pydantic-ai run result, stores it and returns it.
+
+        The episode holds the run's own messages (``result.new_messages()``, not the
+        history it was given), every tool call with the return that answered it (matched by
+        ``tool_call_id``; a call never answered has result ``None``), the span of the
+        messages' timestamps as its timing, and a successful outcome whose output is the run's
+        output as JSON. The output tool pydantic-ai uses for structured output is not an
+        action. A run that raised has no result: record it with :meth:`record_episode` and
+        ``success=False``.
+
+        Args:
+            result: What ``Agent.run``/``run_sync`` returned.
+            agent_id: The agent that ran.
+            trigger: What started the run.
+            input: What the run was given; the run's first user prompt by default.
+            user_id: The user it ran for.
+            conversation_id: The conversation it belonged to.
+            rating: Human rating, a finite number.
+            comment: Human comment.
+
+        Returns:
+            The stored episode.
+
+        Raises:
+            TypeError: ``result`` has no messages, or another argument of the wrong type.
+            ValueError: As for :meth:`record_episode`. Nothing is written.
+        """
+        new_messages = getattr(result, "new_messages", None)
+        if not callable(new_messages):
+            raise TypeError(f"result must be a pydantic-ai AgentRunResult, not {type_name(result)}")
+        run_messages: list[ModelMessage] = list(new_messages())
+        # pydantic-ai marks the structured-output tool only on the result (a private field,
+        # read defensively): its call carries the output, which the episode already holds.
+        output_tool = getattr(result, "_output_tool_name", None)
+        started_at, ended_at = _timing(run_messages)
+        episode = build_episode(
+            agent_id=agent_id,
+            trigger=trigger,
+            input=_first_prompt(run_messages) if input is None else input,
+            messages=run_messages,
+            actions=run_actions(run_messages, skip_tool=output_tool),
+            success=True,
+            output=to_jsonable_python(result.output, fallback=str),
+            error=None,
+            user_id=user_id,
+            conversation_id=conversation_id,
+            started_at=started_at,
+            ended_at=ended_at,
+            rating=rating,
+            comment=comment,
+        )
+        return _save(episode)
+
+    episode_from_run = sync_method(_episode_from_run)
+    async_episode_from_run = async_method(_episode_from_run)
+
+    def _episodes(
+        self,
+        *,
+        agent_id: str | None = None,
+        user_id: str | None = None,
+        success: bool | None = None,
+        limit: int | None = None,
+    ) -> Step[list[Episode]]:
+        """Stored episodes, most recent first (by ``ended_at``), filtered by what is given.
+
+        Args:
+            agent_id: Only this agent's.
+            user_id: Only this user's.
+            success: Only successes (``True``) or failures (``False``).
+            limit: At most this many.
+
+        Raises:
+            TypeError: An argument of the wrong type.
+            ValueError: An empty id, or ``limit`` below 1.
+        """
+        if agent_id is not None:
+            check_identifier(agent_id, "agent_id")
+        if user_id is not None:
+            check_identifier(user_id, "user_id")
+        if success is not None and not isinstance(success, bool):
+            raise TypeError(f"success must be bool or None, not {type_name(success)}")
+        if limit is not None:
+            check_positive_int(limit, "limit")
+
+        def pick(entries: list[MemoryEntry]) -> list[Episode]:
+            found = [
+                episode
+                for episode in _loaded(entries)
+                if (agent_id is None or episode.agent_id == agent_id)
+                and (user_id is None or episode.user_id == user_id)
+                and (success is None or episode.outcome.success is success)
+            ]
+            return found if limit is None else found[:limit]
+
+        return StoreCall("load", (EPISODES_NAMESPACE,), pick)
+
+    episodes = sync_method(_episodes)
+    async_episodes = async_method(_episodes)
+
+    def _search_episodes_plan(self, words: list[str], limit: int) -> Plan[list[Episode]]:
+        """Episodes whose trigger, input or output match ``words`` by the fuzzy rule.
+
+        Recall's hook for ``memory_type="episodes"``: most recent first, at most ``limit``.
+        """
+        entries: list[MemoryEntry] = yield StoreCall("load", (EPISODES_NAMESPACE,))
+        found = [e for e in _loaded(entries) if matches_words(words, e.search_text())]
+        return found[:limit]
+
+
+# ---------------------------------------------------------------------------- building
+
+
+def build_episode(
+    *,
+    agent_id: object,
+    trigger: object,
+    input: object,  # the issue's public name
+    messages: object,
+    actions: object,
+    success: object,
+    output: object,
+    error: object,
+    user_id: object,
+    conversation_id: object,
+    started_at: object,
+    ended_at: object,
+    rating: object,
+    comment: object,
+) -> Episode:
+    """An :class:`Episode` from checked arguments (every check of :meth:`record_episode`)."""
+    if not isinstance(success, bool):
+        raise TypeError(f"success must be bool, not {type_name(success)}")
+    end = utc_now() if ended_at is None else as_utc(_check_time(ended_at, "ended_at"))
+    start = end if started_at is None else as_utc(_check_time(started_at, "started_at"))
+    if start > end:
+        raise ValueError(f"started_at must not be after ended_at, got {start} > {end}")
+    return Episode.model_construct(
+        id=uuid.uuid4().hex,
+        trigger=check_identifier(trigger, "trigger"),
+        input=check_json_value(input, "input"),
+        messages=check_messages(messages),
+        actions=check_actions(actions),
+        outcome=EpisodeOutcome(
+            success=success,
+            output=check_json_value(output, "output"),
+            error=_optional_str(error, "error"),
+        ),
+        started_at=start,
+        ended_at=end,
+        duration=(end - start).total_seconds(),
+        rating=_check_rating(rating),
+        comment=_optional_str(comment, "comment"),
+        agent_id=check_identifier(agent_id, "agent_id"),
+        user_id=_optional_id(user_id, "user_id"),
+        conversation_id=_optional_id(conversation_id, "conversation_id"),
+    )
+
+
+def check_messages(messages: object) -> list[dict[str, Any]]:
+    """Messages as JSON objects: pydantic-ai messages are serialised, dicts must be plain JSON.
+
+    Raises:
+        TypeError: Not a sequence, or an item neither a pydantic-ai message nor a dict.
+    """
+    items = _sequence(messages, "messages")
+    found: list[dict[str, Any]] = []
+    for i, message in enumerate(items):
+        if isinstance(message, ModelRequest | ModelResponse):
+            found.extend(ModelMessagesTypeAdapter.dump_python([message], mode="json"))
+        elif isinstance(message, dict):
+            found.append(check_json_value(message, f"messages[{i}]"))
+        else:
+            raise TypeError(
+                f"messages[{i}] must be a pydantic-ai message or dict, not {type_name(message)}"
+            )
+    return found
+
+
+def check_actions(actions: object) -> list[dict[str, Any]]:
+    """Actions as plain JSON dicts, each naming its ``"tool"``.
+
+    Raises:
+        TypeError: Not a sequence of dicts, a ``"tool"`` that is not a ``str``, ``"args"``
+            that is not a dict, or a value that is not plain JSON.
+        ValueError: An empty tool name.
+    """
+    found: list[dict[str, Any]] = []
+    for i, action in enumerate(_sequence(actions, "actions")):
+        if not isinstance(action, dict):
+            raise TypeError(f"actions[{i}] must be dict, not {type_name(action)}")
+        check_identifier(action.get("tool"), f"actions[{i}]['tool']")
+        args = action.get("args", {})
+        if not isinstance(args, dict):
+            raise TypeError(f"actions[{i}]['args'] must be dict, not {type_name(args)}")
+        found.append(check_json_value(dict(action), f"actions[{i}]"))
+    return found
+
+
+def run_actions(
+    messages: Iterable[ModelMessage], *, skip_tool: str | None = None
+) -> list[dict[str, Any]]:
+    """The tool calls of ``messages``, in call order, each with the return that answered it."""
+    actions: list[dict[str, Any]] = []
+    by_call: dict[str, dict[str, Any]] = {}
+    for message in messages:
+        for part in message.parts:
+            if isinstance(part, ToolCallPart) and part.tool_name != skip_tool:
+                action = {
+                    "tool": part.tool_name,
+                    "args": to_jsonable_python(part.args_as_dict(), fallback=str),
+                    "result": None,
+                    "tool_call_id": part.tool_call_id,
+                    "outcome": None,
+                }
+                actions.append(action)
+                by_call[part.tool_call_id] = action
+            elif isinstance(part, ToolReturnPart) and part.tool_call_id in by_call:
+                answered = by_call[part.tool_call_id]
+                answered["result"] = to_jsonable_python(part.content, fallback=str)
+                answered["outcome"] = part.outcome
+            elif isinstance(part, RetryPromptPart) and part.tool_call_id in by_call:
+                answered = by_call[part.tool_call_id]
+                answered["result"] = part.model_response()
+                answered["outcome"] = "retried"
+    return actions
+
+
+def _timing(messages: list[ModelMessage]) -> tuple[datetime | None, datetime | None]:
+    stamps: list[datetime] = []
+    for message in messages:
+        if message.timestamp is not None:
+            stamps.append(message.timestamp)
+        stamps.extend(
+            stamp for part in message.parts if (stamp := getattr(part, "timestamp", None))
+        )
+    if not stamps:
+        return None, None
+    return min(stamps), max(stamps)
+
+
+def _first_prompt(messages: list[ModelMessage]) -> Any:
+    for message in messages:
+        if isinstance(message, ModelRequest):
+            for part in message.parts:
+                if isinstance(part, UserPromptPart):
+                    return to_jsonable_python(part.content, fallback=str)
+    return None
+
+
+def _save(episode: Episode) -> StoreCall[Episode]:
+    entry = MemoryEntry(
+        scope=MemoryScope.LONG_TERM,
+        key=episode.id,
+        content=episode.model_dump(mode="json"),
+        created_at=episode.ended_at,
+    )
+    return StoreCall("save", (EPISODES_NAMESPACE, entry), lambda _: episode)
+
+
+def _loaded(entries: list[MemoryEntry]) -> list[Episode]:
+    """Stored episodes, most recent first; insertion order breaks ties, the later first."""
+    found = [Episode.model_validate(e.content) for e in reversed(entries) if e.key is not None]
+    found.sort(key=lambda episode: episode.ended_at, reverse=True)
+    return found
+
+
+def _sequence(value: object, name: str) -> list[Any]:
+    if isinstance(value, str | bytes | dict) or not isinstance(value, Iterable):
+        raise TypeError(f"{name} must be a sequence, not {type_name(value)}")
+    return list(value)
+
+
+def _check_time(value: object, name: str) -> datetime:
+    if not isinstance(value, datetime):
+        raise TypeError(f"{name} must be datetime or None, not {type_name(value)}")
+    return value
+
+
+def _check_rating(value: object) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"rating must be a number or None, not {type_name(value)}")
+    if not math.isfinite(value):
+        raise ValueError(f"rating must be finite, got {value!r}")
+    return float(value)
+
+
+def _optional_str(value: object, name: str) -> str | None:
+    return None if value is None else check_str(value, name)
+
+
+def _optional_id(value: object, name: str) -> str | None:
+    return None if value is None else check_identifier(value, name)
