@@ -33,6 +33,7 @@ from memlane.longterm import (
     query_words,
 )
 from memlane.longterm.model import namespace, parse_namespace
+from memlane.longterm.users import USERS_NAMESPACE
 from memlane.stores import MemoryStore
 from test_database_stores import StoreFactory, initialized, server_for
 
@@ -419,6 +420,59 @@ class TestRecall:
         one = await call(way, memory, "recall", query="o", limit=1)
         assert [f.key for f in one] == ["favourite_colour"]
         assert await call(way, memory, "recall", query="100%") == []
+
+
+class TestRecallOtherMemories:
+    """recall(query=...) reaches procedures and episodes through their modules' search."""
+
+    async def test_memory_types(self, memory: LongTermMemory, way: str) -> None:
+        await call(
+            way, memory, "add_procedure", "weather lookup",
+            trigger_conditions={"goal_contains": ["weather"]},
+            procedure_type="tool_sequence", content=["get_weather"],
+        )  # fmt: skip
+        await call(
+            way, memory, "record_episode", agent_id="a", trigger="chat",
+            input="what is the weather", success=True, output="sunny",
+        )  # fmt: skip
+        await call(way, memory, "remember", "weather_source", "bom.gov.au")
+
+        async def kinds(**kw: Any) -> list[str]:
+            found = await call(way, memory, "recall", **kw)
+            return [type(r).__name__ for r in found]
+
+        assert await kinds(query="weather") == ["Fact"]
+        assert await kinds(query="weather", memory_type="procedures") == ["Procedure"]
+        assert await kinds(query="weather", memory_type="episodes") == ["Episode"]
+        assert await kinds(query="weather", memory_type="all") == ["Fact", "Procedure", "Episode"]
+        assert await kinds(query="weather", memory_type="all", limit=2) == ["Fact", "Procedure"]
+        assert await kinds(query="sunny", memory_type="all") == ["Episode"]
+        assert await kinds(query="nothing like it", memory_type="all") == []
+        assert await kinds(key="weather", memory_type="all") == ["Fact", "Procedure", "Episode"]
+        assert await kinds(key="weather_source", memory_type="all") == ["Fact"]
+
+
+class TestUserPreferencesFollowFacts:
+    """A user's cached preferences change as soon as a preference fact of theirs does."""
+
+    async def test_remember_and_forget(self, memory: LongTermMemory, way: str) -> None:
+        user = await call(way, memory, "identify_user", "telegram", "42")
+        await call(
+            way, memory, "remember", "lang", "fr", scope="user", scope_id=user.id,
+            fact_type="user_preference",
+        )  # fmt: skip
+        await call(way, memory, "remember", "city", "Adelaide", scope="user", scope_id=user.id)
+
+        def cached() -> Any:
+            held = memory.store.load_by_key(USERS_NAMESPACE, user.id)
+            assert held is not None
+            return held.content["preferences"]
+
+        assert cached() == {"lang": "fr"}
+        await call(way, memory, "remember", "lang", "de", scope="user", scope_id=user.id)
+        assert cached() == {"lang": "de"}
+        assert await call(way, memory, "forget", "lang", scope="user", scope_id=user.id)
+        assert cached() == {}
 
 
 # ============================================================================ bad input

@@ -194,11 +194,12 @@ class FactsMixin:
         confidence = check_fraction(confidence, "confidence")
         if not isinstance(overwrite, bool):
             raise TypeError(f"overwrite must be bool, not {type(overwrite).__name__}")
-        return (
-            yield from self._remember_plan(
-                key, value, checked_scope, checked_id, kind, confidence, overwrite
-            )
+        result = yield from self._remember_plan(
+            key, value, checked_scope, checked_id, kind, confidence, overwrite
         )
+        if result.status != "skipped" and result.fact.fact_type is FactType.USER_PREFERENCE:
+            yield from self._preferences_changed_plan(checked_scope, checked_id)
+        return result
 
     remember = sync_method(_remember)
     async_remember = async_method(_remember)
@@ -264,6 +265,15 @@ class FactsMixin:
             if (yield StoreCall("save_if", (where, new, held.version))):
                 return RememberResult(status=status, fact=fact)  # type: ignore[arg-type]
 
+    def _preferences_changed_plan(self, scope: FactScope, scope_id: str | None) -> Plan[None]:
+        """Keeps a user's cached preferences in step when a preference fact of theirs changed.
+
+        The hook is the users mixin's; a class without it (facts alone) has no cache to keep.
+        """
+        refresh = getattr(self, "_refresh_preferences_plan", None)
+        if scope is FactScope.USER and refresh is not None:
+            yield from refresh(scope_id)
+
     def _contradict(
         self,
         key: str,
@@ -328,6 +338,8 @@ class FactsMixin:
         if held is None:
             return False
         deleted: bool = yield StoreCall("delete", (where, held.entry_id))
+        if deleted and _fact(held, where).fact_type is FactType.USER_PREFERENCE:
+            yield from self._preferences_changed_plan(*_check_scope(scope, scope_id))
         return deleted
 
     forget = sync_method(_forget)
@@ -514,6 +526,7 @@ class FactsMixin:
             ("episodes", "_search_episodes_plan"),
         ):
             if memory_type in (kind, "all") and len(results) < limit:
+                # The hooks are the episodes and procedures mixins'; facts alone have neither.
                 search = getattr(self, hook, None)
                 if search is not None:
                     results.extend((yield from search(words, limit - len(results))))
