@@ -21,6 +21,7 @@ from memlane.errors import (
     StorePathError,
     UnstorableValueError,
 )
+from memlane.longterm import LongTermMemory
 from memlane.manager import MemoryManager
 from memlane.stores import (
     FileStore,
@@ -48,6 +49,7 @@ __all__ = [
     "FileStore",
     "InMemoryStore",
     "InvalidValueError",
+    "LongTermMemory",
     "MemlaneError",
     "MemoryEntry",
     "MemoryManager",

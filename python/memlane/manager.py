@@ -9,6 +9,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 
 from memlane.config import MemlaneSettings, create_store
 from memlane.conversation import ConversationMemory, Summarizer
+from memlane.longterm import LongTermMemory
 from memlane.stores import InMemoryStore, MemoryStore
 from memlane.tokens import TokenEstimator
 from memlane.working import WorkingMemory
@@ -71,6 +72,8 @@ class MemoryManager:
         summarize_in_background: Summarise after ``add_turn`` returns (see
             :class:`~memlane.ConversationMemory`); :meth:`flush` waits for it.
         max_cached_conversations: Conversations kept in memory over a persistent store.
+        long_term: ``True``: a :class:`~memlane.longterm.LongTermMemory` on this store, as
+            :attr:`long_term`; a ``LongTermMemory``: that one; ``False``: none.
     """
 
     def __init__(
@@ -84,6 +87,7 @@ class MemoryManager:
         estimator: TokenEstimator | None = None,
         summarize_in_background: bool = False,
         max_cached_conversations: int = 10_000,
+        long_term: bool | LongTermMemory = False,
     ) -> None:
         self._store: MemoryStore = _check_store(store) if store is not None else InMemoryStore()
         self._owns_store = store is None
@@ -97,6 +101,14 @@ class MemoryManager:
             max_cached_conversations=max_cached_conversations,
         )
         self._working = WorkingMemory(store=self._store, scope_id=working_scope_id)
+        if isinstance(long_term, LongTermMemory):
+            self._long_term: LongTermMemory | None = long_term
+        elif isinstance(long_term, bool):
+            self._long_term = LongTermMemory(self._store) if long_term else None
+        else:
+            raise TypeError(
+                f"long_term must be bool or LongTermMemory, not {type(long_term).__name__}"
+            )
 
     @classmethod
     def from_config(cls, settings: MemlaneSettings | None = None, **kwargs: Any) -> MemoryManager:
@@ -153,6 +165,7 @@ class MemoryManager:
         manager._owns_store = False  # the manager it was forked from closes it
         manager._conversation = conversation
         manager._working = working
+        manager._long_term = None
         return manager
 
     @property
@@ -166,6 +179,11 @@ class MemoryManager:
         return self._working
 
     @property
+    def long_term(self) -> LongTermMemory | None:
+        """The long-term memory (facts, episodes, procedures, users), or ``None``."""
+        return self._long_term
+
+    @property
     def store(self) -> MemoryStore:
         """The store both memories use."""
         return self._store
@@ -173,11 +191,14 @@ class MemoryManager:
     def fork(self, *, working_scope_id: str) -> MemoryManager:
         """A manager sharing conversations and store, with its own working-memory scope.
 
-        Delegated agents get a fork: they see the conversation, but keep their own facts.
+        Delegated agents get a fork: they see the conversation and the long-term memory, but
+        keep their own working-memory facts.
         """
-        return self._compose(
+        fork = self._compose(
             self._conversation, WorkingMemory(store=self._store, scope_id=working_scope_id)
         )
+        fork._long_term = self._long_term
+        return fork
 
     # -------------------------------------------------------------- conversations
 

@@ -9,6 +9,8 @@
   ``history_processors=``); :func:`store_run` stores such a run.
 * :class:`DelegationRouter` (``delegation.py``) hands each prompt to one of several agents, as a
   :class:`DelegationStrategy` chooses; they share the conversation and keep their own facts.
+* :func:`memory_tools` (``tools.py``) gives an agent ``recall`` and ``remember`` tools over
+  long-term memory.
 * :class:`MemlaneConversationStore` (``conversation_store.py``) is pydantic-ai's own
   :class:`~pydantic_ai.conversation_store.ConversationStore` over any memlane store.
 
@@ -23,6 +25,7 @@ from memlane.agents.agent import MemoryAgent, MemoryRunResult, MemoryStreamedRun
 from memlane.agents.capability import async_store_run, memory_history, store_run
 from memlane.agents.conversation_store import MemlaneConversationStore
 from memlane.agents.delegation import DelegationRouter, DelegationStrategy, RoundRobinStrategy
+from memlane.agents.tools import memory_tools
 
 __all__ = [
     "DelegationRouter",
@@ -34,5 +37,6 @@ __all__ = [
     "RoundRobinStrategy",
     "async_store_run",
     "memory_history",
+    "memory_tools",
     "store_run",
 ]
