@@ -22,7 +22,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from memlane import FileStore, InMemoryStore, SQLiteStore, UnstorableValueError, _backend
+from memlane import (
+    FileStore,
+    InMemoryStore,
+    MemoryManager,
+    SQLiteStore,
+    UnstorableValueError,
+    _backend,
+)
 from memlane.longterm import (
     Fact,
     FactScope,
@@ -658,3 +665,24 @@ for _ in range(cfg["rounds"]):
 print(json.dumps(statuses), flush=True)
 store.close()
 """
+
+
+# ============================================================================ the manager
+
+
+class TestManagerLongTerm:
+    """MemoryManager(long_term=...) exposes a long-term memory on its store; forks share it."""
+
+    def test_true_false_and_an_instance(self, tmp_path: Path) -> None:
+        assert MemoryManager().long_term is None
+        with SQLiteStore(tmp_path / "m.sqlite3") as store:
+            manager = MemoryManager(store=store, long_term=True)
+            assert manager.long_term is not None
+            assert manager.long_term.store is store
+            manager.long_term.remember("k", "v")
+            fork = manager.fork(working_scope_id="helper")
+            assert fork.long_term is manager.long_term
+        own = LongTermMemory()
+        assert MemoryManager(long_term=own).long_term is own
+        with pytest.raises(TypeError, match="long_term must be bool or LongTermMemory"):
+            MemoryManager(long_term="yes")  # type: ignore[arg-type]

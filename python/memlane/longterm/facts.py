@@ -45,7 +45,7 @@ from memlane.longterm.model import (
 from memlane.stores import MemoryStore
 from memlane.types import MemoryEntry, MemoryScope, utc_now
 
-__all__ = ["MEMORY_TYPES", "FactsMixin", "fact_namespace"]
+__all__ = ["MEMORY_TYPES", "FactsMixin", "check_ids", "check_scope", "fact_namespace"]
 
 MEMORY_TYPES = ("facts", "procedures", "episodes", "all")
 """What ``recall(query=...)`` searches."""
@@ -62,7 +62,7 @@ def fact_namespace(scope: FactScope, scope_id: str | None) -> str:
     return namespace(*_PREFIX, scope.value, scope_id)
 
 
-def _check_scope(scope: object, scope_id: object) -> tuple[FactScope, str | None]:
+def check_scope(scope: object, scope_id: object) -> tuple[FactScope, str | None]:
     """A scope and its id: required for every scope but ``global``, refused for ``global``.
 
     Refusing an id for ``global`` catches ``remember(k, v, scope_id="u1")`` with the scope
@@ -81,7 +81,7 @@ def _check_scope(scope: object, scope_id: object) -> tuple[FactScope, str | None
     return checked, check_identifier(scope_id, "scope_id")
 
 
-def _check_ids(
+def check_ids(
     session_id: object, user_id: object, agent_id: object
 ) -> list[tuple[FactScope, str | None]]:
     """The scopes visible from these ids, most specific first; ``global`` always."""
@@ -189,7 +189,7 @@ class FactsMixin:
         """
         key = _check_key(key)
         value = json.loads(json.dumps(check_json_value(value, "value")))
-        checked_scope, checked_id = _check_scope(scope, scope_id)
+        checked_scope, checked_id = check_scope(scope, scope_id)
         kind = check_enum(fact_type, FactType, "fact_type")
         confidence = check_fraction(confidence, "confidence")
         if not isinstance(overwrite, bool):
@@ -303,7 +303,7 @@ class FactsMixin:
             TypeError, ValueError: As for ``remember``.
         """
         key = _check_key(key)
-        checked_scope, checked_id = _check_scope(scope, scope_id)
+        checked_scope, checked_id = check_scope(scope, scope_id)
         step = check_fraction(self.CONTRADICTION_PENALTY if penalty is None else penalty, "penalty")
         where = fact_namespace(checked_scope, checked_id)
         while True:
@@ -333,13 +333,13 @@ class FactsMixin:
             TypeError, ValueError: As for ``remember``.
         """
         key = _check_key(key)
-        where = fact_namespace(*_check_scope(scope, scope_id))
+        where = fact_namespace(*check_scope(scope, scope_id))
         held: MemoryEntry | None = yield StoreCall("load_by_key", (where, key))
         if held is None:
             return False
         deleted: bool = yield StoreCall("delete", (where, held.entry_id))
         if deleted and _fact(held, where).fact_type is FactType.USER_PREFERENCE:
-            yield from self._preferences_changed_plan(*_check_scope(scope, scope_id))
+            yield from self._preferences_changed_plan(*check_scope(scope, scope_id))
         return deleted
 
     forget = sync_method(_forget)
@@ -367,7 +367,7 @@ class FactsMixin:
             TypeError, ValueError: A key or id that is not a non-empty ``str``.
         """
         key = _check_key(key)
-        for scope, scope_id in _check_ids(session_id, user_id, agent_id):
+        for scope, scope_id in check_ids(session_id, user_id, agent_id):
             where = fact_namespace(scope, scope_id)
             held: MemoryEntry | None = yield StoreCall("load_by_key", (where, key))
             if held is not None:
@@ -401,7 +401,7 @@ class FactsMixin:
         else:
             checked = check_enum(scope, FactScope, "scope")
             if scope_id is not None or checked is FactScope.GLOBAL:
-                checked, checked_id = _check_scope(checked, scope_id)
+                checked, checked_id = check_scope(checked, scope_id)
                 return (yield from self._scope_facts_plan(checked, checked_id))
             wanted = checked
         names: list[str] = yield StoreCall("namespaces", ())
@@ -441,7 +441,7 @@ class FactsMixin:
         """
         seen: set[str] = set()
         visible: list[Fact] = []
-        for scope, scope_id in _check_ids(session_id, user_id, agent_id):
+        for scope, scope_id in check_ids(session_id, user_id, agent_id):
             for fact in (yield from self._scope_facts_plan(scope, scope_id)):
                 if fact.key not in seen:
                     seen.add(fact.key)
@@ -498,7 +498,7 @@ class FactsMixin:
             raise ValueError(f"memory_type must be one of {allowed}, got {memory_type!r}")
         limit = check_positive_int(limit, "limit")
         min_confidence = check_fraction(min_confidence, "min_confidence")
-        _check_ids(session_id, user_id, agent_id)
+        check_ids(session_id, user_id, agent_id)
         words = query_words(key if key is not None else query or "")
         if query is not None and not words:
             raise ValueError(f"query must hold at least one word, got {query!r}")
