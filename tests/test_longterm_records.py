@@ -168,6 +168,12 @@ class TestEpisodes:
         assert [e.id for e in await call(way, memory, "episodes", user_id="u1")] == [first.id]
         assert [e.id for e in await call(way, memory, "episodes", success=False)] == [failed.id]
         assert [e.id for e in await call(way, memory, "episodes", limit=1)] == [other.id]
+        tupled = await call(
+            way, memory, "record_episode", agent_id="bot", trigger="t", input=(1, (2,)),
+            success=True, output={"a": (3,)}, actions=({"tool": "x", "args": {"l": (4,)}},),
+        )  # fmt: skip
+        assert (tupled.input, tupled.outcome.output) == ([1, [2]], {"a": [3]})
+        assert (await call(way, memory, "episodes", limit=1)) == [tupled]
         found = await call(way, memory, "recall", query="weather", memory_type="episodes")
         assert [e.id for e in found] == [first.id]
 
@@ -267,8 +273,9 @@ class TestProcedures:
             "weather lookup",
             trigger_conditions={"goal_contains": ["Weather", "forecast"]},
             procedure_type="tool_sequence",
-            content=[{"tool": "weather", "args": {}}],
+            content=({"tool": "weather", "args": {}},),
         )
+        assert weather.content == [{"tool": "weather", "args": {}}]
         assert isinstance(weather, Procedure)
         assert (weather.times_used, weather.success_rate, weather.avg_duration) == (0, 0.0, None)
         greeting = await call(

@@ -457,13 +457,13 @@ def _first_prompt(messages: list[ModelMessage]) -> Any:
 
 
 def _save(episode: Episode) -> StoreCall[Episode]:
+    content = episode.model_dump(mode="json")
     entry = MemoryEntry(
-        scope=MemoryScope.LONG_TERM,
-        key=episode.id,
-        content=episode.model_dump(mode="json"),
-        created_at=episode.ended_at,
+        scope=MemoryScope.LONG_TERM, key=episode.id, content=content, created_at=episode.ended_at
     )
-    return StoreCall("save", (EPISODES_NAMESPACE, entry), lambda _: episode)
+    # Returned as it will be read back (tuples become lists), so the two compare equal.
+    stored = Episode.model_validate(content)
+    return StoreCall("save", (EPISODES_NAMESPACE, entry), lambda _: stored)
 
 
 def _loaded(entries: list[MemoryEntry]) -> list[Episode]:

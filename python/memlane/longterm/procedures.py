@@ -172,9 +172,9 @@ class ProceduresMixin:
             content=check_json_value(content, "content"),
         )
         entry = _entry(procedure)
-        return StoreCall(
-            "save_if", (PROCEDURES_NAMESPACE, entry, None), lambda _: procedure.model_copy()
-        )
+        # Returned as it will be read back (tuples become lists), so the two compare equal.
+        stored = _procedure(entry.content)
+        return StoreCall("save_if", (PROCEDURES_NAMESPACE, entry, None), lambda _: stored)
 
     add_procedure = sync_method(_add_procedure)
     async_add_procedure = async_method(_add_procedure)
