@@ -43,6 +43,26 @@ CONDITIONAL_METHODS = ["save_if", "load_range"]
 """What every memlane store adds for hosts sharing it (:class:`memlane.stores.ConditionalStore`)."""
 
 
+async def drop_server_place(kind: str, url: str, name: str) -> None:
+    """Drops what a test made on a shared server: PostgreSQL schema or MongoDB collection ``name``."""
+    if kind == "postgres":
+        import asyncpg
+
+        con = await asyncpg.connect(url)
+        try:
+            await con.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
+        finally:
+            await con.close()
+        return
+    from pymongo import AsyncMongoClient
+
+    client: AsyncMongoClient[dict[str, object]] = AsyncMongoClient(url)
+    try:
+        await client["memlane"].drop_collection(name)
+    finally:
+        await client.close()
+
+
 def require_rust_core() -> ModuleType:
     """The extension, which differential tests need on both passes of the suite.
 

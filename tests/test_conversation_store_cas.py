@@ -37,7 +37,7 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.run import AgentRunResult
 
-from conftest import SYNC_METHODS
+from conftest import SYNC_METHODS, drop_server_place
 from memlane import FileStore, InMemoryStore, MemoryStore, SQLiteStore
 from memlane._backend import Implementation
 from memlane.agents import MemlaneConversationStore
@@ -97,23 +97,7 @@ async def _made_place(
     server = request.getfixturevalue("postgres_server" if kind == "postgres" else "mongodb_server")
     place = {"kind": kind, "url": server.url, "name": name}
     yield place
-    dropping = open_store(place)
-    if isinstance(dropping, PostgreSQLStore):
-        import asyncpg
-
-        con = await asyncpg.connect(server.url)
-        try:
-            await con.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
-        finally:
-            await con.close()
-    else:
-        from pymongo import AsyncMongoClient
-
-        client: AsyncMongoClient[dict[str, Any]] = AsyncMongoClient(server.url)
-        try:
-            await client["memlane"].drop_collection(name)
-        finally:
-            await client.close()
+    await drop_server_place(kind, server.url, name)
 
 
 @pytest.fixture(params=KINDS)

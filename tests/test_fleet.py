@@ -23,11 +23,10 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
-import asyncpg
 import pytest
-from pymongo import AsyncMongoClient
 
 import fleet_host
+from conftest import drop_server_place
 from db_servers import Server
 from fleet_host import KINDS, PROMPT, concat_summarizer, make_store, prompt, view
 from memlane import ConversationMemory, MemoryManager, SQLiteStore, _backend
@@ -60,18 +59,7 @@ async def place(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
         "postgres_server" if kind == "postgres" else "mongodb_server"
     )
     yield {"kind": kind, "url": server.url, "name": name}
-    if kind == "postgres":
-        con = await asyncpg.connect(server.url)
-        try:
-            await con.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
-        finally:
-            await con.close()
-    else:
-        client: AsyncMongoClient[dict[str, Any]] = AsyncMongoClient(server.url)
-        try:
-            await client["memlane"].drop_collection(name)
-        finally:
-            await client.close()
+    await drop_server_place(kind, server.url, name)
 
 
 @contextlib.contextmanager

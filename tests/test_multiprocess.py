@@ -15,10 +15,9 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import asyncpg
 import pytest
-from pymongo import AsyncMongoClient
 
+from conftest import drop_server_place
 from db_servers import Server
 from memlane import SQLiteStore
 
@@ -173,18 +172,7 @@ async def target(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterato
         "postgres_server" if kind == "postgres" else "mongodb_server"
     )
     yield {"kind": kind, "url": server.url, "name": name}
-    if kind == "postgres":
-        con = await asyncpg.connect(server.url)
-        try:
-            await con.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
-        finally:
-            await con.close()
-    else:
-        client: AsyncMongoClient[dict[str, Any]] = AsyncMongoClient(server.url)
-        try:
-            await client["memlane"].drop_collection(name)
-        finally:
-            await client.close()
+    await drop_server_place(kind, server.url, name)
 
 
 class TestConcurrentConversationAppends:
