@@ -579,6 +579,29 @@ class TestConcurrentWriters:
         assert used is not None
         assert (used.times_used, used.successes, used.avg_duration) == (12, 6, 1.0)
 
+    async def test_activity_racing_a_merge(self, memory: LongTermMemory) -> None:
+        kept = await memory.async_identify_user("telegram", "1")
+        merged = await memory.async_identify_user("email", "a@example.com")
+
+        async def task() -> None:
+            for _ in range(8):
+                await memory.async_record_user_activity(merged.id, messages=1)
+
+        def thread() -> None:
+            for _ in range(8):
+                memory.record_user_activity(merged.id, messages=2)
+
+        def merge() -> None:
+            memory.merge_users(merged.id, kept.id)
+
+        await asyncio.gather(
+            task(), asyncio.to_thread(thread), asyncio.to_thread(merge), asyncio.to_thread(thread)
+        )
+        # Whether a call landed before the merge or after it, it counts on the survivor.
+        user = await memory.async_get_user(merged.id)
+        assert user is not None
+        assert (user.id, user.message_count) == (kept.id, 40)
+
     async def test_processes(self, shared: Made, impl: _backend.Implementation) -> None:
         memory = LongTermMemory(shared.store)
         procedure = await memory.async_add_procedure(

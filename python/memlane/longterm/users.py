@@ -242,7 +242,7 @@ class UsersMixin:
                     f"{held.content!r}, which {USERS_NAMESPACE} does not hold"
                 )
             if display_name is not None and user.display_name != display_name:
-                user = yield from self._update_user_plan(
+                user = yield from self._update_live_plan(
                     user.id, lambda u: u.model_copy(update={"display_name": display_name})
                 )
             return (yield from self._fresh_preferences_plan(user))
@@ -316,15 +316,14 @@ class UsersMixin:
             # Another merge of the source won: merge what it became instead.
             return (yield from self._merge_users(source.id, target))
 
-        def absorb(user: MemoryUser) -> MemoryUser:
-            return _absorbed(user, source)
-
-        into = yield from self._update_user_plan(target, absorb)
+        # Into whatever the target is by now: were it merged meanwhile, a retired record
+        # would keep what the source brings, and no lookup would ever see it.
+        into = yield from self._update_live_plan(target, lambda user: _absorbed(user, source))
         for key in source.identifier_keys():
             yield from update_record(
-                IDENTIFIERS_NAMESPACE, key, lambda held: target if held == source.id else held
+                IDENTIFIERS_NAMESPACE, key, lambda held: into.id if held == source.id else held
             )
-        yield from self._move_facts_plan(source.id, target)
+        yield from self._move_facts_plan(source.id, into.id)
         return (yield from self._fresh_preferences_plan(into))
 
     merge_users = sync_method(_merge_users)
@@ -379,7 +378,6 @@ class UsersMixin:
             raise ValueError(f"messages must be >= 0, got {messages!r}")
         if conversation_id is not None:
             check_identifier(conversation_id, "conversation_id")
-        user = yield from self._require_plan(user_id)
         now = utc_now()
 
         def count(held: MemoryUser) -> MemoryUser:
@@ -395,7 +393,7 @@ class UsersMixin:
                 }
             )
 
-        updated = yield from self._update_user_plan(user.id, count)
+        updated = yield from self._update_live_plan(user_id, count)
         return (yield from self._fresh_preferences_plan(updated))
 
     record_user_activity = sync_method(_record_user_activity)
@@ -513,9 +511,29 @@ class UsersMixin:
             raise UserNotFoundError(f"no user with id {user_id!r}")
         return _user(stored)
 
+    def _update_live_plan(self, user_id: str, change: Any) -> Plan[MemoryUser]:
+        """Applies ``change`` to the user ``user_id`` is now, following merges.
+
+        A merge that retires the user between the lookup and the write makes the write lose
+        (the record's version moved on) and see ``merged_into_id``: the change is then
+        applied to the user it was merged into, so nothing lands on a retired record.
+        """
+
+        def live(user: MemoryUser) -> MemoryUser:
+            if user.merged_into_id is not None:
+                raise _MergedMeanwhile
+            return change(user)  # type: ignore[no-any-return]
+
+        while True:
+            user = yield from self._require_plan(user_id)
+            try:
+                return (yield from self._update_user_plan(user.id, live))
+            except _MergedMeanwhile:
+                continue
+
 
 class _MergedMeanwhile(Exception):
-    """A merge's source was merged by another writer between reading and retiring it."""
+    """The user being changed was merged by another writer since it was looked up."""
 
 
 def _absorbed(into: MemoryUser, source: MemoryUser) -> MemoryUser:
