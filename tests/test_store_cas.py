@@ -391,6 +391,35 @@ class TestFileStoreLockFile:
         assert store.cleanup_expired() == 0
 
 
+class TestFileStoreRangeOfAnUnchangedFile:
+    """An empty range of a file nobody changed is answered without parsing it again."""
+
+    def test_a_writer_elsewhere_is_seen_and_no_news_reads_nothing(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        reader, writer = FileStore(tmp_path), FileStore(tmp_path)
+        writer.save("ns", entry("log:1"))
+        assert [e.key for e in reader.load_range("ns", "log:2", "log;")] == []
+        reads: list[str] = []
+        parse = FileStore._read_stamped
+
+        def counted(self: FileStore, namespace: str) -> Any:
+            if self is reader:
+                reads.append(namespace)
+            return parse(self, namespace)
+
+        monkeypatch.setattr(FileStore, "_read_stamped", counted)
+        assert reader.load_range("ns", "log:2", "log;") == []
+        assert reads == []  # unchanged: one stat
+        writer.save("ns", entry("log:2"))  # another store object, as another process would
+        assert [e.key for e in reader.load_range("ns", "log:2", "log;")] == ["log:2"]
+        assert reads == ["ns"]
+        assert [e.key for e in reader.load_range("ns", "log:1", "log:2")] == ["log:1"]
+
+    def test_a_missing_file_is_an_empty_range(self, tmp_path: Path) -> None:
+        assert FileStore(tmp_path).load_range("nothing", "a", "b") == []
+
+
 class TestThreadsRacing:
     """Threads of one process: one winner per key, and no increment lost."""
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import json
 import os
 import tempfile
 import threading
+from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -85,6 +87,10 @@ def _merge(docs: list[dict[str, Any]], doc: dict[str, Any]) -> list[dict[str, An
     return kept
 
 
+_KEY_CACHE_FILES = 4096
+"""How many files' key lists a FileStore keeps for :meth:`FileStore.load_range`."""
+
+
 class FileStore(LocalStore):
     """One human-readable JSON file per namespace under ``base_dir``.
 
@@ -113,6 +119,10 @@ class FileStore(LocalStore):
         ensure_directory(self.base_dir, f"FileStore {self.base_dir}")
         self._lock = threading.RLock()
         self._file_lock = FileLock(self.base_dir / LOCK_FILENAME, timeout=LOCK_TIMEOUT)
+        # The sorted keys of recently read files, by the identity of the version read: a
+        # host asking "anything after my head?" of a file that has not changed is answered
+        # by one stat, not by parsing the whole namespace again.
+        self._keys: OrderedDict[Path, tuple[tuple[int, int, int], list[str]]] = OrderedDict()
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.base_dir}>"
@@ -147,13 +157,28 @@ class FileStore(LocalStore):
         return self.base_dir / namespace_filename(check_namespace(namespace))
 
     def _read(self, namespace: str) -> list[dict[str, Any]]:
+        return self._read_stamped(namespace)[0]
+
+    def _read_stamped(
+        self, namespace: str
+    ) -> tuple[list[dict[str, Any]], tuple[int, int, int] | None]:
+        """The file's entries, and the identity of the version read (``None``: no file).
+
+        Every write replaces the file by a rename, so inode, mtime and size taken from the
+        open file identify exactly the version whose text is read.
+        """
         path = self._path(namespace)
         try:
-            text = path.read_text(encoding="utf-8")
+            with path.open("rb") as fh:
+                info = os.fstat(fh.fileno())
+                text = fh.read().decode("utf-8")
         except FileNotFoundError:
-            return []
+            return [], None
         except OSError as exc:
             raise StoreError(f"FileStore {path}: {exc.strerror}") from exc
+        except UnicodeDecodeError as exc:
+            raise CorruptStoreError(f"corrupt memlane file {path}: {exc}") from exc
+        stamp = (info.st_ino, info.st_mtime_ns, info.st_size)
         try:
             data = json.loads(text)
             if not isinstance(data, dict) or data.get("namespace") != namespace:
@@ -163,7 +188,7 @@ class FileStore(LocalStore):
                 raise ValueError("'entries' is not a list")
         except (ValueError, KeyError) as exc:
             raise CorruptStoreError(f"corrupt memlane file {path}: {exc}") from exc
-        return entries
+        return entries, stamp
 
     def _write(self, namespace: str, entries: list[dict[str, Any]]) -> None:
         path = self._path(namespace)
@@ -264,8 +289,28 @@ class FileStore(LocalStore):
     def load_range(self, namespace: str, start: str, stop: str) -> list[MemoryEntry]:
         """Unexpired keyed entries with ``start <= key < stop``, in key order."""
         start, stop = check_key_range(start, stop)
+        path = self._path(namespace)
+        try:
+            info = os.stat(path)
+        except FileNotFoundError:
+            return []
+        except OSError as exc:
+            raise StoreError(f"FileStore {path}: {exc.strerror}") from exc
+        known = self._keys.get(path)
+        if known is not None and known[0] == (info.st_ino, info.st_mtime_ns, info.st_size):
+            keys = known[1]
+            if bisect.bisect_left(keys, start) == bisect.bisect_left(keys, stop):
+                return []  # the version on disk has no key in the range
         with self._lock:
-            docs = self._read(namespace)
+            docs, stamp = self._read_stamped(namespace)
+            if stamp is not None:
+                self._keys[path] = (
+                    stamp,
+                    sorted(d["key"] for d in docs if isinstance(d.get("key"), str)),
+                )
+                self._keys.move_to_end(path)
+                if len(self._keys) > _KEY_CACHE_FILES:
+                    self._keys.popitem(last=False)
         found = [
             self._from_doc(d, namespace)
             for d in docs
