@@ -375,6 +375,39 @@ class TestScopeHierarchy:
         assert len(await call(way, memory, "facts")) == 4
 
 
+class TestForgetAndList:
+    """forget removes one scope's fact; facts lists by scope, then id, then creation."""
+
+    async def test_forget(self, memory: LongTermMemory, way: str) -> None:
+        await call(way, memory, "remember", "k", 1)
+        await call(way, memory, "remember", "k", 2, scope="agent", scope_id="a")
+        assert await call(way, memory, "forget", "missing") is False
+        assert await call(way, memory, "forget", "k", scope="agent", scope_id="b") is False
+        assert await call(way, memory, "forget", "k", scope="agent", scope_id="a") is True
+        assert await call(way, memory, "forget", "k", scope="agent", scope_id="a") is False
+        assert summary(await call(way, memory, "facts")) == [("k", 1, "global", None)]
+        remembered = await call(way, memory, "remember", "k", 3, scope="agent", scope_id="a")
+        assert remembered.status == "created"  # a forgotten fact starts over
+
+    async def test_listing_order(self, memory: LongTermMemory, way: str) -> None:
+        await call(way, memory, "remember", "g2", 0)
+        await call(way, memory, "remember", "g1", 0)
+        await call(way, memory, "remember", "a", 0, scope="agent", scope_id="x")
+        await call(way, memory, "remember", "u", 0, scope="user", scope_id="z")
+        await call(way, memory, "remember", "u", 0, scope="user", scope_id="y")
+        await call(way, memory, "remember", "s", 0, scope="session", scope_id="s")
+        assert [(f.key, f.scope_id) for f in await call(way, memory, "facts")] == [
+            ("s", "s"),
+            ("u", "y"),
+            ("u", "z"),
+            ("a", "x"),
+            ("g2", None),
+            ("g1", None),
+        ]
+        assert [f.key for f in await call(way, memory, "facts", scope="global")] == ["g2", "g1"]
+        assert await call(way, memory, "facts", scope="session", scope_id="other") == []
+
+
 class TestRecall:
     """recall lists, looks up exactly, falls back to fuzzy keys, searches; by confidence."""
 

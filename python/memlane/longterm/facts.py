@@ -462,7 +462,8 @@ class FactsMixin:
     ) -> Plan[list[Any]]:
         """What long-term memory holds about ``key`` or ``query``; always a list.
 
-        * Neither: the facts visible from the ids (as :meth:`get_fact` sees them).
+        * Neither: the facts visible from the ids (as :meth:`get_fact` sees them); other
+          memories are only searched, so ``procedures`` or ``episodes`` give ``[]``.
         * ``key``: the fact ``get_fact`` finds; when there is none, the visible facts whose
           key matches ``key`` by the fuzzy rule (see :mod:`memlane.longterm.fuzzy`).
         * ``query``: the records of ``memory_type`` matching ``query`` by the fuzzy rule:
