@@ -427,6 +427,24 @@ class TestUsers:
         assert "- t: hi (succeeded)" in text
         assert await call(way, memory, "merge_users", mail.id, ann.id) == merged  # no-op
 
+    async def test_merges_chain(self, memory: LongTermMemory, way: str) -> None:
+        a = await call(way, memory, "identify_user", "sms", "1")
+        b = await call(way, memory, "identify_user", "sms", "2")
+        c = await call(way, memory, "identify_user", "sms", "3")
+        episode = await call(
+            way, memory, "record_episode", agent_id="bot", trigger="t", input=None,
+            success=True, user_id=a.id,
+        )  # fmt: skip
+        await call(way, memory, "merge_users", a.id, b.id)
+        merged = await call(way, memory, "merge_users", b.id, c.id)
+        assert merged.identifiers == {"sms": ["3", "2", "1"]}
+        assert sorted(merged.merged_ids) == sorted([a.id, b.id])
+        for number in "123":
+            assert (await call(way, memory, "identify_user", "sms", number)).id == c.id
+        assert (await call(way, memory, "user_context", a.id)).recent_episodes == [episode]
+        # Merging what already became one user changes nothing.
+        assert await call(way, memory, "merge_users", a.id, c.id) == merged
+
     async def test_preferences_follow_the_facts(self, memory: LongTermMemory, way: str) -> None:
         user = await call(way, memory, "identify_user", "slack", "U1")
         assert user.preferences == {}
