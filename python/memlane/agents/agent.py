@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator, Sequence
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from contextlib import (
+    AbstractAsyncContextManager,
+    AbstractContextManager,
+    asynccontextmanager,
+    nullcontext,
+)
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, cast, overload
 
-from pydantic_ai import Agent
+from pydantic_ai import Agent, capture_run_messages
 from pydantic_ai.agent import AbstractAgent
 from pydantic_ai.messages import ModelMessage
 from pydantic_ai.models import Model
@@ -17,6 +22,9 @@ from pydantic_ai.result import StreamedRunResult
 from pydantic_ai.run import AgentRunResult
 
 from memlane.agents.capability import async_store_run, store_run
+from memlane.agents.long_term import LongTermBinding
+from memlane.longterm import LongTermMemory
+from memlane.longterm.episodes import Episode
 from memlane.manager import MemoryManager
 from memlane.types import ConversationTurn
 
@@ -40,6 +48,7 @@ class MemoryRunResult(Generic[OutputT]):
         result: pydantic-ai's :class:`~pydantic_ai.run.AgentRunResult`.
         agent_name: The agent that ran (set by :class:`~memlane.agents.DelegationRouter`;
             else the agent's name).
+        episode: The episode the run was stored as (``record_episodes=True``), else ``None``.
     """
 
     output: OutputT
@@ -47,6 +56,7 @@ class MemoryRunResult(Generic[OutputT]):
     turn: ConversationTurn
     result: AgentRunResult[OutputT]
     agent_name: str | None = None
+    episode: Episode | None = None
 
     def new_messages(self) -> list[ModelMessage]:
         """The messages of this run (what was stored as the turn).
@@ -70,7 +80,8 @@ class MemoryStreamedRun(Generic[OutputT]):
 
     Stream with :meth:`stream_text`, :meth:`stream_output` or :meth:`get_output`; pydantic-ai's
     :class:`~pydantic_ai.result.StreamedRunResult` is :attr:`stream`. The turn is stored when
-    the ``async with`` block ends with the stream complete; :attr:`turn` is then set.
+    the ``async with`` block ends with the stream complete; :attr:`turn` is then set, and
+    :attr:`episode` too when the agent records episodes.
 
     Args:
         stream: pydantic-ai's streamed run.
@@ -85,6 +96,7 @@ class MemoryStreamedRun(Generic[OutputT]):
         self.conversation_id = conversation_id
         self.agent_name = agent_name
         self.turn: ConversationTurn | None = None
+        self.episode: Episode | None = None
 
     @property
     def is_complete(self) -> bool:
@@ -161,6 +173,15 @@ class MemoryAgent(Generic[OutputT]):
     instructions, which pydantic-ai evaluates before every model request, so a fact a tool
     sets is seen by the next request of the same run.
 
+    With long-term memory (``long_term=``), every run's instructions also carry what it holds
+    for the agent's user — their facts (then the agent's and global ones), and, for a user
+    :meth:`~memlane.longterm.LongTermMemory.identify_user` knows, their name and latest
+    episodes — read again for each run, so what one run remembers the next one is told. The
+    run has the ``recall``/``remember`` tools of :func:`~memlane.agents.memory_tools`: with a
+    ``user_id``, ``remember`` stores facts in the ``user`` scope of that user and ``recall``
+    sees them; without one, ``remember`` stores global facts. With ``record_episodes=True``
+    each run is stored as an episode (see :meth:`run`).
+
     The wrapped agent is :attr:`agent`; everything it offers stays available there. The class
     is generic over the agent's output type, so ``MemoryAgent(Agent[None, str](...))`` runs
     give a ``MemoryRunResult[str]``.
@@ -174,12 +195,22 @@ class MemoryAgent(Generic[OutputT]):
             delegate by it.
         inject_working_memory: Add ``memory.get_working_context()`` to the instructions when
             it is not empty.
+        long_term: A :class:`~memlane.longterm.LongTermMemory`; ``True`` for the memory's
+            own (``MemoryManager(long_term=True)``); ``None`` or ``False`` for none.
+        user_id: The user the agent serves: the id
+            :meth:`~memlane.longterm.LongTermMemory.identify_user` returned (the tools' scope
+            is bound to it, so give the surviving id after a merge), or any id of your own.
+        record_episodes: Store each run as an episode of the agent (its name, else
+            ``"agent"``) for ``user_id``.
         **agent_kwargs: Passed to :class:`pydantic_ai.Agent` when building one from a model
             (``instructions=``, ``tools=``, ``output_type=``, ...).
 
     Raises:
-        TypeError: ``memory`` is not a :class:`~memlane.MemoryManager`, or ``agent_kwargs``
-            are given with a ready-made agent.
+        TypeError: ``memory`` is not a :class:`~memlane.MemoryManager`, ``agent_kwargs``
+            are given with a ready-made agent, or ``long_term``, ``user_id`` or
+            ``record_episodes`` has the wrong type.
+        ValueError: ``long_term=True`` with a manager that has no long-term memory, or
+            ``user_id``/``record_episodes=True`` without long-term memory.
 
     Note:
         Give the agent ``instructions=`` rather than ``system_prompt=``: pydantic-ai sends
@@ -195,6 +226,9 @@ class MemoryAgent(Generic[OutputT]):
         memory: MemoryManager,
         name: str | None = None,
         inject_working_memory: bool = True,
+        long_term: LongTermMemory | bool | None = None,
+        user_id: str | None = None,
+        record_episodes: bool = False,
     ) -> None: ...
 
     @overload
@@ -205,6 +239,9 @@ class MemoryAgent(Generic[OutputT]):
         memory: MemoryManager,
         name: str | None = None,
         inject_working_memory: bool = True,
+        long_term: LongTermMemory | bool | None = None,
+        user_id: str | None = None,
+        record_episodes: bool = False,
         output_type: None = None,
         **agent_kwargs: Any,
     ) -> None: ...
@@ -217,6 +254,9 @@ class MemoryAgent(Generic[OutputT]):
         memory: MemoryManager,
         name: str | None = None,
         inject_working_memory: bool = True,
+        long_term: LongTermMemory | bool | None = None,
+        user_id: str | None = None,
+        record_episodes: bool = False,
         output_type: OutputSpec[OutputT],
         **agent_kwargs: Any,
     ) -> None: ...
@@ -228,6 +268,9 @@ class MemoryAgent(Generic[OutputT]):
         memory: MemoryManager,
         name: str | None = None,
         inject_working_memory: bool = True,
+        long_term: LongTermMemory | bool | None = None,
+        user_id: str | None = None,
+        record_episodes: bool = False,
         **agent_kwargs: Any,
     ) -> None:
         if not isinstance(memory, MemoryManager):
@@ -250,13 +293,30 @@ class MemoryAgent(Generic[OutputT]):
         self.memory = memory
         self.name = name if name is not None else self.agent.name
         self.inject_working_memory = inject_working_memory
+        self.long_term = _long_term_of(memory, long_term)
+        if not isinstance(record_episodes, bool):
+            raise TypeError(f"record_episodes must be bool, not {type(record_episodes).__name__}")
+        self._binding: LongTermBinding | None = None
+        if self.long_term is not None:
+            self._binding = LongTermBinding(
+                self.long_term,
+                user_id=user_id,
+                agent_id=self.name,
+                record_episodes=record_episodes,
+            )
+        elif user_id is not None or record_episodes:
+            raise ValueError("user_id and record_episodes=True need long_term memory")
+        self.user_id = user_id
+        self.record_episodes = record_episodes
 
     def _working_memory(self) -> str | None:
         # Sync on purpose: pydantic-ai runs a plain instruction function in a worker thread,
         # so a database store's I/O never blocks the event loop.
         return self.memory.get_working_context() or None
 
-    def _run_kwargs(self, conversation_id: str, kwargs: dict[str, Any]) -> dict[str, Any]:
+    def _run_kwargs(
+        self, conversation_id: str, kwargs: dict[str, Any], *, sync: bool
+    ) -> dict[str, Any]:
         for reserved in _RESERVED_RUN_KWARGS:
             if reserved in kwargs:
                 raise TypeError(
@@ -266,6 +326,12 @@ class MemoryAgent(Generic[OutputT]):
             kwargs["instructions"] = _add_instruction(
                 kwargs.get("instructions"), self._working_memory
             )
+        if self._binding is not None:
+            # run_sync reads through the sync methods (in pydantic-ai's worker thread), the
+            # async runs through the async_ twins, as each path's store calls expect.
+            context = self._binding.instructions if sync else self._binding.async_instructions
+            kwargs["instructions"] = _add_instruction(kwargs.get("instructions"), context)
+            kwargs["toolsets"] = [*(kwargs.get("toolsets") or ()), self._binding.toolset]
         # pydantic-ai tags the run's messages with the id, so traces name memlane's conversation.
         kwargs["conversation_id"] = conversation_id
         return kwargs
@@ -274,7 +340,11 @@ class MemoryAgent(Generic[OutputT]):
         return {"agent": self.name} if self.name else None
 
     def _result(
-        self, cid: str, turn: ConversationTurn, result: AgentRunResult[RunOutputT]
+        self,
+        cid: str,
+        turn: ConversationTurn,
+        result: AgentRunResult[RunOutputT],
+        episode: Episode | None,
     ) -> MemoryRunResult[RunOutputT]:
         return MemoryRunResult(
             output=result.output,
@@ -282,7 +352,15 @@ class MemoryAgent(Generic[OutputT]):
             turn=turn,
             result=result,
             agent_name=self.name,
+            episode=episode,
         )
+
+    def _capture(self) -> AbstractContextManager[list[ModelMessage]]:
+        # Only a run that becomes an episode needs its messages should it fail; capturing
+        # otherwise would hide the run from a caller's own capture_run_messages().
+        if self._binding is not None and self._binding.record_episodes:
+            return capture_run_messages()
+        return nullcontext([])
 
     @overload
     async def run(
@@ -318,15 +396,20 @@ class MemoryAgent(Generic[OutputT]):
             conversation_id: The conversation to continue; ``None`` starts a new one (its id
                 is on the result).
             **kwargs: Passed to :meth:`pydantic_ai.Agent.run` (``deps=``, ``instructions=``
-                (added to the working memory), ``output_type=``, ``model=``, ...).
+                (added to the working memory), ``toolsets=`` (added to the memory tools),
+                ``output_type=``, ``model=``, ...).
 
         Returns:
-            The output, the conversation id and the stored turn.
+            The output, the conversation id, the stored turn and, with ``record_episodes``,
+            the episode.
 
         Raises:
             TypeError: ``message_history=`` or ``conversation=`` was passed (memory supplies
                 the history).
-            pydantic_ai.exceptions.AgentRunError: The run failed; nothing was stored.
+            pydantic_ai.exceptions.AgentRunError: The run failed; no turn was stored. With
+                ``record_episodes``, the run is stored as a failed episode holding the
+                messages exchanged before the failure and the error (``"{type}: {message}"``);
+                a run cancelled or interrupted by ``KeyboardInterrupt`` is not.
         """
         cid = (
             uuid.uuid4().hex if conversation_id is None else _check_conversation_id(conversation_id)
@@ -334,11 +417,21 @@ class MemoryAgent(Generic[OutputT]):
         history = (
             [] if conversation_id is None else await self.memory.async_get_message_history(cid)
         )
-        result = await self.agent.run(
-            user_prompt, message_history=history or None, **self._run_kwargs(cid, kwargs)
-        )
+        run_kwargs = self._run_kwargs(cid, kwargs, sync=False)
+        with self._capture() as messages:
+            try:
+                result = await self.agent.run(
+                    user_prompt, message_history=history or None, **run_kwargs
+                )
+            except Exception as exc:
+                if self._binding is not None:
+                    await self._binding.async_record_failure(
+                        exc, user_prompt, messages, len(history), cid
+                    )
+                raise
         turn = await async_store_run(self.memory, cid, result, metadata=self._metadata())
-        return self._result(cid, turn, result)
+        episode = None if self._binding is None else await self._binding.async_record(result, cid)
+        return self._result(cid, turn, result, episode)
 
     @overload
     def run_sync(
@@ -375,20 +468,29 @@ class MemoryAgent(Generic[OutputT]):
             **kwargs: Passed to :meth:`pydantic_ai.Agent.run_sync`.
 
         Returns:
-            The output, the conversation id and the stored turn.
+            The output, the conversation id, the stored turn and the episode.
 
         Raises:
             TypeError: ``message_history=`` or ``conversation=`` was passed.
+            pydantic_ai.exceptions.AgentRunError: The run failed, as for :meth:`run`.
         """
         cid = (
             uuid.uuid4().hex if conversation_id is None else _check_conversation_id(conversation_id)
         )
         history = [] if conversation_id is None else self.memory.get_message_history(cid)
-        result = self.agent.run_sync(
-            user_prompt, message_history=history or None, **self._run_kwargs(cid, kwargs)
-        )
+        run_kwargs = self._run_kwargs(cid, kwargs, sync=True)
+        with self._capture() as messages:
+            try:
+                result = self.agent.run_sync(
+                    user_prompt, message_history=history or None, **run_kwargs
+                )
+            except Exception as exc:
+                if self._binding is not None:
+                    self._binding.record_failure(exc, user_prompt, messages, len(history), cid)
+                raise
         turn = store_run(self.memory, cid, result, metadata=self._metadata())
-        return self._result(cid, turn, result)
+        episode = None if self._binding is None else self._binding.record(result, cid)
+        return self._result(cid, turn, result, episode)
 
     @overload
     def run_stream(
@@ -420,7 +522,10 @@ class MemoryAgent(Generic[OutputT]):
     ) -> AsyncIterator[MemoryStreamedRun[Any]]:
         """Streams a run; the turn is stored when the block ends with the stream complete.
 
-        A stream that fails, is cancelled, or is left before its end stores nothing.
+        A stream that fails, is cancelled, or is left before its end stores no turn. With
+        ``record_episodes``, a complete stream is stored as an episode and one that fails
+        (the model's error, or one raised in the block) as a failed episode, as for
+        :meth:`run`; a stream cancelled or left before its end is not an episode.
 
         Args:
             user_prompt: The prompt.
@@ -436,13 +541,41 @@ class MemoryAgent(Generic[OutputT]):
         history = (
             [] if conversation_id is None else await self.memory.async_get_message_history(cid)
         )
-        run_kwargs = self._run_kwargs(cid, kwargs)
-        async with self.agent.run_stream(
-            user_prompt, message_history=history or None, **run_kwargs
-        ) as stream:
-            streamed: MemoryStreamedRun[Any] = MemoryStreamedRun(stream, cid, self.name)
-            yield streamed
-            if stream.is_complete:
-                streamed.turn = await async_store_run(
-                    self.memory, cid, stream.result, metadata=self._metadata()
-                )
+        run_kwargs = self._run_kwargs(cid, kwargs, sync=False)
+        with self._capture() as messages:
+            try:
+                async with self.agent.run_stream(
+                    user_prompt, message_history=history or None, **run_kwargs
+                ) as stream:
+                    streamed: MemoryStreamedRun[Any] = MemoryStreamedRun(stream, cid, self.name)
+                    yield streamed
+                    if stream.is_complete:
+                        streamed.turn = await async_store_run(
+                            self.memory, cid, stream.result, metadata=self._metadata()
+                        )
+            except Exception as exc:
+                if self._binding is not None:
+                    await self._binding.async_record_failure(
+                        exc, user_prompt, messages, len(history), cid
+                    )
+                raise
+        if stream.is_complete and self._binding is not None:
+            streamed.episode = await self._binding.async_record(stream.result, cid)
+
+
+def _long_term_of(memory: MemoryManager, long_term: object) -> LongTermMemory | None:
+    """The long-term memory ``long_term=`` names (``True``: the manager's own)."""
+    if long_term is None or long_term is False:
+        return None
+    if long_term is True:
+        if memory.long_term is None:
+            raise ValueError(
+                "long_term=True uses the manager's long-term memory, and this MemoryManager "
+                "has none: build it with MemoryManager(long_term=True) or pass a LongTermMemory"
+            )
+        return memory.long_term
+    if isinstance(long_term, LongTermMemory):
+        return long_term
+    raise TypeError(
+        f"long_term must be LongTermMemory, bool or None, not {type(long_term).__name__}"
+    )
