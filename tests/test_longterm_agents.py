@@ -23,8 +23,16 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from memlane import InMemoryStore, MemoryManager, SQLiteStore, _backend
 from memlane.agents import MemoryAgent, MemoryRunResult
-from memlane.longterm import LongTermMemory
+from memlane.longterm import (
+    ExtractedFact,
+    FactExtractor,
+    FactType,
+    LongTermMemory,
+    RememberResult,
+    create_fact_extractor,
+)
 from memlane.stores import MemoryStore
+from memlane.types import ConversationTurn
 
 Call = tuple[str, dict[str, Any]]
 
@@ -390,3 +398,207 @@ class TestRunsBecomeEpisodes:
             ("double", 4),
             ("remember", "Remembered: timezone = Australia/Adelaide (created)"),
         ]
+
+
+# ---------------------------------------------------------------------------- the extractor
+
+
+class FactModel:
+    """A FunctionModel answering every request with the facts it holds, as structured output."""
+
+    def __init__(self, facts: list[dict[str, Any]]) -> None:
+        self.facts = facts
+        self.prompts: list[str] = []
+        self.instructions: list[str | None] = []
+
+    def __call__(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        self.prompts.append(_last_prompt(messages))
+        self.instructions.append(info.instructions)
+        return ModelResponse(
+            parts=[ToolCallPart(info.output_tools[0].name, {"response": self.facts})]
+        )
+
+    @property
+    def model(self) -> FunctionModel:
+        return FunctionModel(self)
+
+
+TURNS = [
+    ConversationTurn(
+        turn_id=0, user_prompt="I moved to Adelaide last week.", assistant_response="Welcome!"
+    ),
+    ConversationTurn(turn_id=1, user_prompt="I prefer metric units.", assistant_response="Noted."),
+]
+
+FACTS: list[dict[str, Any]] = [
+    {"key": "city", "value": "Adelaide", "fact_type": "world_knowledge", "confidence": 0.9},
+    {"key": "units", "value": "metric", "fact_type": "user_preference", "confidence": 0.8},
+]
+
+
+async def apply(
+    extractor: FactExtractor, memory: LongTermMemory, mode: str, **where: Any
+) -> list[RememberResult]:
+    if mode == "sync":
+
+        def blocking() -> list[RememberResult]:
+            loop = asyncio.new_event_loop()
+            asyncio.set_event_loop(loop)
+            try:
+                return extractor.apply(memory, TURNS, **where)
+            finally:
+                asyncio.set_event_loop(None)
+                loop.close()
+
+        return await asyncio.to_thread(blocking)
+    return await extractor.async_apply(memory, TURNS, **where)
+
+
+def summary(results: list[RememberResult]) -> list[tuple[str, Any, str, int]]:
+    return [(r.key, r.value, r.status, r.fact.times_confirmed) for r in results]
+
+
+class TestExtractedFactsAreMerged:
+    """Facts a model finds are remembered once: created, then confirmed, then updated."""
+
+    async def test_found_then_confirmed_then_updated(self, store: MemoryStore, mode: str) -> None:
+        memory = LongTermMemory(store)
+        model = FactModel(FACTS)
+        extractor = create_fact_extractor(model.model)
+        first = await apply(extractor, memory, mode, scope="user", scope_id="u1")
+        assert summary(first) == [
+            ("city", "Adelaide", "created", 0),
+            ("units", "metric", "created", 0),
+        ]
+        again = await apply(extractor, memory, mode, scope="user", scope_id="u1")
+        assert summary(again) == [
+            ("city", "Adelaide", "confirmed", 1),
+            ("units", "metric", "confirmed", 1),
+        ]
+        model.facts = [{**FACTS[0], "value": "Melbourne"}]
+        changed = await apply(extractor, memory, mode, scope="user", scope_id="u1")
+        assert summary(changed) == [("city", "Melbourne", "updated", 2)]
+        city = await memory.async_get_fact("city", user_id="u1")
+        assert city is not None
+        assert [revision.value for revision in city.history] == ["Adelaide"]
+        assert sorted(f.key for f in await memory.async_recall(user_id="u1")) == ["city", "units"]
+        assert await memory.async_recall() == []  # nothing leaked into the global scope
+
+    async def test_the_model_reads_the_turns(self, mode: str) -> None:
+        model = FactModel([])
+        extractor = create_fact_extractor(model.model, instructions="Find facts.")
+        assert await apply(extractor, LongTermMemory(), mode) == []
+        assert "User: I moved to Adelaide last week." in model.prompts[0]
+        assert "Assistant: Noted." in model.prompts[0]
+        assert model.instructions == ["Find facts."]
+
+    async def test_extract_only_asks(self) -> None:
+        model = FactModel(FACTS)
+        extractor = create_fact_extractor(model.model)
+        found = await extractor.async_extract(TURNS)
+        assert found == [
+            ExtractedFact(
+                key="city", value="Adelaide", fact_type=FactType.WORLD_KNOWLEDGE, confidence=0.9
+            ),
+            ExtractedFact(
+                key="units", value="metric", fact_type=FactType.USER_PREFERENCE, confidence=0.8
+            ),
+        ]
+        assert [str(fact) for fact in found] == ["city = Adelaide", "units = metric"]
+        assert await extractor.async_extract([]) == []
+        assert len(model.prompts) == 1  # no turns, no request
+
+    def test_extract_sync(self) -> None:
+        extractor = create_fact_extractor(FactModel(FACTS).model)
+        assert [fact.key for fact in extractor.extract(TURNS)] == ["city", "units"]
+        assert extractor.extract([]) == []
+
+
+class TestBadModelOutputIsSkipped:
+    """What the model gets wrong is skipped with a warning; the rest is kept."""
+
+    async def test_bad_facts_are_skipped_with_a_warning(
+        self, store: MemoryStore, mode: str, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        memory = LongTermMemory(store)
+        model = FactModel(
+            [
+                {"key": "kind", "value": 1, "fact_type": "gossip"},
+                {"key": "sure", "value": 1, "confidence": 1.5},
+                {"key": "unsure", "value": 1, "confidence": -0.1},
+                {"key": "", "value": 1},
+                {"key": "faint", "value": 1, "confidence": 0.2},
+                {"key": "kept", "value": [1, 2]},
+            ]
+        )
+        extractor = create_fact_extractor(model.model, fact_type="relationship")
+        with caplog.at_level("WARNING", logger="memlane"):
+            results = await apply(extractor, memory, mode)
+        assert [(r.key, r.value, r.fact.fact_type.value) for r in results] == [
+            ("kept", [1, 2], "relationship")
+        ]
+        skipped = [r.getMessage() for r in caplog.records if r.name == "memlane"]
+        assert len(skipped) == 4
+        assert "'gossip'" in skipped[0]
+        assert "1.5" in skipped[1]
+        assert "-0.1" in skipped[2]
+        assert [f.key for f in await memory.async_recall()] == ["kept"]
+
+    async def test_min_confidence(self) -> None:
+        model = FactModel(FACTS)
+        extractor = create_fact_extractor(model.model, min_confidence=0.85)
+        assert [fact.key for fact in await extractor.async_extract(TURNS)] == ["city"]
+
+    async def test_a_failing_model_raises_and_remembers_nothing(self) -> None:
+        def fail(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+            raise RuntimeError("the model is down")
+
+        memory = LongTermMemory()
+        with pytest.raises(RuntimeError, match="the model is down"):
+            await create_fact_extractor(FunctionModel(fail)).async_apply(memory, TURNS)
+        assert await memory.async_recall() == []
+
+
+class TestExtractorSettingsAreChecked:
+    """Bad settings fail when the extractor is made or before the model is asked."""
+
+    @pytest.mark.parametrize(
+        ("settings", "error"),
+        [
+            ({"min_confidence": 2}, ValueError),
+            ({"min_confidence": "high"}, TypeError),
+            ({"fact_type": "gossip"}, ValueError),
+            ({"instructions": " "}, ValueError),
+            ({"instructions": 3}, TypeError),
+        ],
+    )
+    def test_settings(self, settings: dict[str, Any], error: type[Exception]) -> None:
+        with pytest.raises(error):
+            create_fact_extractor(FactModel([]).model, **settings)
+
+    def test_model(self) -> None:
+        with pytest.raises(TypeError, match="model"):
+            create_fact_extractor(3)  # type: ignore[arg-type]  # refused on purpose
+
+    @pytest.mark.parametrize(
+        ("where", "error"),
+        [
+            ({"scope": "user"}, ValueError),
+            ({"scope": "planet", "scope_id": "x"}, ValueError),
+            ({"scope_id": "x"}, ValueError),
+        ],
+    )
+    async def test_the_target_is_checked_before_asking(
+        self, where: dict[str, Any], error: type[Exception]
+    ) -> None:
+        model = FactModel(FACTS)
+        with pytest.raises(error):
+            await create_fact_extractor(model.model).async_apply(LongTermMemory(), TURNS, **where)
+        assert model.prompts == []
+
+    async def test_long_term_and_turns_are_checked(self) -> None:
+        extractor = create_fact_extractor(FactModel(FACTS).model)
+        with pytest.raises(TypeError, match="long_term"):
+            await extractor.async_apply(object(), TURNS)  # type: ignore[arg-type]  # refused
+        with pytest.raises(TypeError, match="ConversationTurn"):
+            await extractor.async_extract(["hello"])  # type: ignore[list-item]  # refused
