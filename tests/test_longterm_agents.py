@@ -20,6 +20,7 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.toolsets import FunctionToolset
 
 from memlane import InMemoryStore, MemoryManager, SQLiteStore, _backend
 from memlane.agents import MemoryAgent, MemoryRunResult
@@ -222,12 +223,39 @@ class TestLongTermContextReachesTheModel:
     def test_run_instructions_and_toolsets_are_kept(self, store: MemoryStore) -> None:
         memory = LongTermMemory(store)
         memory.remember("office", "Adelaide")
-        model = Scripted()
+        model = Scripted({"hi": [("triple", {"x": 2}), ("recall", {})]})
+
+        def triple(x: int) -> int:
+            return 3 * x
+
         agent = MemoryAgent(model.model, memory=MemoryManager(), long_term=memory)
-        agent.run_sync("hi", instructions="Be brief.")
+        result = agent.run_sync(
+            "hi", instructions="Be brief.", toolsets=[FunctionToolset([triple])]
+        )
         told = model.instructions[-1] or ""
         assert told.startswith("Be brief.")
         assert "- office = Adelaide" in told
+        returns = [
+            part.model_response_str()
+            for message in result.new_messages()
+            for part in message.parts
+            if part.part_kind == "tool-return"
+        ]
+        assert returns == ["6", "office = Adelaide"]
+
+    def test_a_merged_user_is_told_the_surviving_user_s_facts(self, store: MemoryStore) -> None:
+        memory = LongTermMemory(store)
+        ada = memory.identify_user("telegram", 1, display_name="Ada")
+        by_mail = memory.identify_user("email", "ada@example.com")
+        memory.remember("city", "Adelaide", scope="user", scope_id=by_mail.id)
+        memory.merge_users(by_mail.id, ada.id)
+        model = Scripted()
+        MemoryAgent(
+            model.model, memory=MemoryManager(), long_term=memory, user_id=by_mail.id
+        ).run_sync("hi")
+        told = model.instructions[-1] or ""
+        assert "User: Ada" in told
+        assert "- city = Adelaide" in told
 
     def test_the_manager_s_own_long_term_memory(self) -> None:
         manager = MemoryManager(long_term=True)
@@ -372,6 +400,25 @@ class TestRunsBecomeEpisodes:
             pass
         episodes = await memory.async_episodes()
         assert sorted((e.input, e.success) for e in episodes) == [("fail", False), ("hi", True)]
+
+    async def test_a_failure_to_record_does_not_hide_the_run_s_error(
+        self, mode: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        memory = LongTermMemory()
+
+        def unrecordable(**episode: Any) -> None:
+            raise OSError("the store is gone")
+
+        monkeypatch.setattr(memory, "record_episode", unrecordable)
+        monkeypatch.setattr(memory, "async_record_episode", unrecordable)
+        agent = MemoryAgent(
+            Scripted().model, memory=MemoryManager(), long_term=memory, record_episodes=True
+        )
+        with pytest.raises(RuntimeError, match="the model is down") as raised:
+            await run(agent, mode, "fail")
+        assert raised.value.__notes__ == [
+            "recording the failed run as an episode failed too: OSError('the store is gone')"
+        ]
 
     def test_off_by_default(self, store: MemoryStore) -> None:
         memory = LongTermMemory(store)

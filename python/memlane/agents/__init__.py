@@ -2,7 +2,9 @@
 
 * :class:`MemoryAgent` (``agent.py``) wraps a :class:`pydantic_ai.Agent`: each run is sent the
   conversation's budgeted history and stored as one turn; the working-memory facts reach the
-  model as instructions.
+  model as instructions. With ``long_term=``, what long-term memory holds for its user joins
+  them, the ``recall``/``remember`` tools are there, and runs can become episodes
+  (``long_term.py``).
 * :func:`memory_history` (``capability.py``) is the same trimming for an
   :class:`~pydantic_ai.Agent` you run yourself, as a
   :class:`~pydantic_ai.capabilities.ProcessHistory` capability (pydantic-ai 2.x has no
