@@ -19,7 +19,7 @@ from pydantic import BaseModel, Field, field_validator
 
 from memlane._validate import type_name
 from memlane.errors import UnstorableValueError
-from memlane.stores.protocol import _find_unstorable, _is_plain_json
+from memlane.stores.protocol import find_unstorable
 from memlane.types import as_utc, utc_now
 
 __all__ = [
@@ -179,9 +179,7 @@ def check_json_value(value: Any, name: str) -> Any:
         UnstorableValueError: Not plain JSON (a ``TypeError``); the message names the
             argument and where in it the offending value is, e.g. ``value['a'][2]``.
     """
-    if _is_plain_json(value):
-        return value
-    found = _find_unstorable(value, name)
+    found = find_unstorable(value, name)
     if found is None:
         return value
     raise UnstorableValueError(f"{name} must be plain JSON: {found} is not JSON-serialisable")

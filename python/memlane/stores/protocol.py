@@ -45,6 +45,7 @@ __all__ = [
     "check_storable",
     "dumps_json",
     "entry_to_row",
+    "find_unstorable",
     "next_version",
     "row_to_entry",
 ]
@@ -368,6 +369,15 @@ def _find_unstorable(value: Any, path: str) -> str | None:
     return find_in_json(value, path, _json_scalar, _json_key)
 
 
+def find_unstorable(value: Any, path: str) -> str | None:
+    """Where ``value`` stops being the plain JSON every store holds (``None`` if it is).
+
+    The answer names the place, e.g. ``content['a'][2] (type set)``; exact built-in types
+    are checked first, so plain values cost one walk.
+    """
+    return None if _is_plain_json(value) else _find_unstorable(value, path)
+
+
 def _unstorable(key: str | None, found: str) -> UnstorableValueError:
     return UnstorableValueError(
         f"cannot store entry with key {key!r}: {found} is not JSON-serialisable"
@@ -385,7 +395,7 @@ def check_storable(entry: MemoryEntry) -> MemoryEntry:
             message names the key and where the offending value is.
     """
     for value, field in ((entry.content, "content"), (entry.metadata, "metadata")):
-        found = None if _is_plain_json(value) else _find_unstorable(value, field)
+        found = find_unstorable(value, field)
         if found is not None:
             raise _unstorable(entry.key, found)
     return entry
@@ -397,7 +407,7 @@ def dumps_json(value: Any, *, key: str | None, field: str) -> str:
     Raises:
         UnstorableValueError: ``value`` is not plain JSON (see :func:`check_storable`).
     """
-    found = None if _is_plain_json(value) else _find_unstorable(value, field)
+    found = find_unstorable(value, field)
     if found is not None:
         raise _unstorable(key, found)
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
