@@ -15,11 +15,14 @@ from memlane.errors import (
     CorruptStoreError,
     InvalidValueError,
     MemlaneError,
+    NotFoundError,
+    ProcedureNotFoundError,
     StoreClosedError,
     StoreConnectionError,
     StoreError,
     StorePathError,
     UnstorableValueError,
+    UserNotFoundError,
 )
 from memlane.longterm import LongTermMemory
 from memlane.manager import MemoryManager
@@ -56,7 +59,9 @@ __all__ = [
     "MemoryScope",
     "MemoryStore",
     "MongoDBStore",
+    "NotFoundError",
     "PostgreSQLStore",
+    "ProcedureNotFoundError",
     "SQLiteStore",
     "StoreClosedError",
     "StoreConnectionError",
@@ -64,6 +69,7 @@ __all__ = [
     "StorePathError",
     "TokenEstimator",
     "UnstorableValueError",
+    "UserNotFoundError",
     "WorkingMemory",
     "__version__",
 ]

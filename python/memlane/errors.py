@@ -12,12 +12,24 @@ class MemlaneError(Exception):
     """Base class of every exception memlane defines."""
 
 
-class ConversationNotFoundError(MemlaneError, KeyError):
-    """A conversation id that memory does not hold."""
+class NotFoundError(MemlaneError, KeyError):
+    """An id that memory does not hold (a ``KeyError`` with a readable message)."""
 
     def __str__(self) -> str:
         # KeyError.__str__ repr()s its argument; keep the readable message instead.
         return str(self.args[0]) if self.args else ""
+
+
+class ConversationNotFoundError(NotFoundError):
+    """A conversation id that memory does not hold."""
+
+
+class UserNotFoundError(NotFoundError):
+    """A long-term memory user id the store does not hold."""
+
+
+class ProcedureNotFoundError(NotFoundError):
+    """A procedure id the store does not hold."""
 
 
 class UnstorableValueError(MemlaneError, TypeError):

@@ -30,7 +30,7 @@ from pydantic import BaseModel, Field, ValidationError, computed_field, field_va
 
 from memlane._runner import Plan, Step, StoreCall, async_method, sync_method
 from memlane._validate import check_identifier, check_str, type_name
-from memlane.errors import CorruptStoreError, MemlaneError
+from memlane.errors import CorruptStoreError, ProcedureNotFoundError
 from memlane.longterm.fuzzy import matches_words
 from memlane.longterm.model import check_enum, check_json_value, namespace, render_value
 from memlane.stores import MemoryStore
@@ -51,14 +51,6 @@ PROCEDURES_NAMESPACE = namespace("longterm", "procedures")
 
 CONDITION_KINDS = ("goal_contains", "goal_contains_all", "goal_excludes")
 """The trigger-condition kinds :meth:`ProceduresMixin.add_procedure` accepts."""
-
-
-class ProcedureNotFoundError(MemlaneError, KeyError):
-    """A procedure id the store does not hold."""
-
-    def __str__(self) -> str:
-        # KeyError.__str__ repr()s its argument; keep the readable message instead.
-        return str(self.args[0]) if self.args else ""
 
 
 class ProcedureType(str, enum.Enum):

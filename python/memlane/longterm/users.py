@@ -33,7 +33,7 @@ from pydantic import BaseModel, Field, ValidationError, computed_field, field_va
 
 from memlane._runner import Plan, StoreCall, async_method, sync_method
 from memlane._validate import check_identifier, check_positive_int, type_name
-from memlane.errors import CorruptStoreError, MemlaneError
+from memlane.errors import CorruptStoreError, UserNotFoundError
 from memlane.longterm.episodes import Episode
 from memlane.longterm.model import Fact, FactScope, FactType, namespace, render_value
 from memlane.longterm.procedures import update_record
@@ -59,14 +59,6 @@ IDENTIFIERS_NAMESPACE = namespace("longterm", "user-identifiers")
 """The identifier index: ``{channel}:{channel_user_id}`` → the id of the user it names."""
 
 _MAX_MERGE_CHAIN = 64
-
-
-class UserNotFoundError(MemlaneError, KeyError):
-    """A user id the store does not hold."""
-
-    def __str__(self) -> str:
-        # KeyError.__str__ repr()s its argument; keep the readable message instead.
-        return str(self.args[0]) if self.args else ""
 
 
 class MemoryUser(BaseModel):
