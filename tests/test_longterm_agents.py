@@ -262,6 +262,7 @@ class TestLongTermContextReachesTheModel:
         assert manager.long_term is not None
         agent = MemoryAgent(Scripted(REMEMBER).model, memory=manager, long_term=True, user_id="u1")
         assert agent.long_term is manager.long_term
+        assert (agent.user_id, agent.record_episodes) == ("u1", False)
         agent.run_sync("remember")
         fact = manager.long_term.get_fact("timezone", user_id="u1")
         assert fact is not None

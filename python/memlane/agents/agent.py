@@ -197,8 +197,16 @@ class MemoryAgent(Generic[OutputT]):
             )
         elif user_id is not None or record_episodes:
             raise ValueError("user_id and record_episodes=True need long_term memory")
-        self.user_id = user_id
-        self.record_episodes = record_episodes
+
+    @property
+    def user_id(self) -> str | None:
+        """The user the agent serves (fixed when it is made: the tools' scope is bound to it)."""
+        return None if self._binding is None else self._binding.user_id
+
+    @property
+    def record_episodes(self) -> bool:
+        """Whether runs are stored as episodes."""
+        return self._binding is not None and self._binding.record_episodes
 
     def _working_memory(self) -> str | None:
         # Sync on purpose: pydantic-ai runs a plain instruction function in a worker thread,
