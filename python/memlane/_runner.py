@@ -78,7 +78,15 @@ class Spawn:
     plan: Callable[[], Plan[Any]]
 
 
-Op = StoreCall[Any] | Summarize | HybridLock | Release | Spawn
+@dataclass(frozen=True, slots=True)
+class Call:
+    """Run user code: ``blocking()`` on the sync runner, ``await awaiting()`` on the async one."""
+
+    blocking: Callable[[], Any]
+    awaiting: Callable[[], Awaitable[Any]]
+
+
+Op = StoreCall[Any] | Summarize | HybridLock | Release | Spawn | Call
 Plan = Generator[Op, Any, T]
 """A plan: yields operations, receives their results, returns its own result."""
 
@@ -255,9 +263,13 @@ def _call_sync(op: StoreCall[Any], store: Any) -> Any:
     return method(*op.args) if method is not None else _fallback(store, op)
 
 
-def _perform_sync(op: StoreCall[Any] | Summarize, store: Any, summarizer: Summarizer | None) -> Any:
+def _perform_sync(
+    op: StoreCall[Any] | Summarize | Call, store: Any, summarizer: Summarizer | None
+) -> Any:
     if isinstance(op, StoreCall):
         return _call_sync(op, store)
+    if isinstance(op, Call):
+        return op.blocking()
     assert summarizer is not None
     summary = summarizer(op.turns)
     if inspect.isawaitable(summary):
@@ -266,13 +278,15 @@ def _perform_sync(op: StoreCall[Any] | Summarize, store: Any, summarizer: Summar
 
 
 async def _perform_async(
-    op: StoreCall[Any] | Summarize, store: Any, summarizer: Summarizer | None
+    op: StoreCall[Any] | Summarize | Call, store: Any, summarizer: Summarizer | None
 ) -> Any:
     if isinstance(op, StoreCall):
         method = getattr(store, "async_" + op.method, None)
         if method is None:
             return await _async_fallback(store, op)
         return await method(*op.args)
+    if isinstance(op, Call):
+        return await op.awaiting()
     assert summarizer is not None
     async_summarize = getattr(summarizer, "async_summarize", None)
     if async_summarize is not None:

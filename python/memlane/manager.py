@@ -9,7 +9,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 
 from memlane.config import MemlaneSettings, create_store
 from memlane.conversation import ConversationMemory, Summarizer
-from memlane.longterm import LongTermMemory
+from memlane.longterm import FactExtractor, LongTermMemory
 from memlane.stores import InMemoryStore, MemoryStore
 from memlane.tokens import TokenEstimator
 from memlane.working import WorkingMemory
@@ -73,7 +73,12 @@ class MemoryManager:
             :class:`~memlane.ConversationMemory`); :meth:`flush` waits for it.
         max_cached_conversations: Conversations kept in memory over a persistent store.
         long_term: ``True``: a :class:`~memlane.longterm.LongTermMemory` on this store, as
-            :attr:`long_term`; a ``LongTermMemory``: that one; ``False``: none.
+            :attr:`long_term`; a ``LongTermMemory``: that one; ``False``: none (unless a
+            ``fact_extractor`` is given, which needs one).
+        fact_extractor: Facts found in turns that leave the history go to :attr:`long_term`
+            in the background (see :class:`~memlane.ConversationMemory`).
+        fact_scope: The scope extracted facts are remembered in (``global`` by default).
+        fact_scope_id: Its id (required for every scope but ``global``).
     """
 
     def __init__(
@@ -88,9 +93,22 @@ class MemoryManager:
         summarize_in_background: bool = False,
         max_cached_conversations: int = 10_000,
         long_term: bool | LongTermMemory = False,
+        fact_extractor: FactExtractor | None = None,
+        fact_scope: str = "global",
+        fact_scope_id: str | None = None,
     ) -> None:
         self._store: MemoryStore = _check_store(store) if store is not None else InMemoryStore()
         self._owns_store = store is None
+        if isinstance(long_term, LongTermMemory):
+            self._long_term: LongTermMemory | None = long_term
+        elif isinstance(long_term, bool):
+            # An extractor's facts have to go somewhere: it turns long-term memory on.
+            wanted = long_term or fact_extractor is not None
+            self._long_term = LongTermMemory(self._store) if wanted else None
+        else:
+            raise TypeError(
+                f"long_term must be bool or LongTermMemory, not {type(long_term).__name__}"
+            )
         self._conversation = ConversationMemory(
             max_tokens=max_conversation_tokens,
             summarize_threshold=summarize_threshold,
@@ -99,16 +117,12 @@ class MemoryManager:
             store=self._store,
             summarize_in_background=summarize_in_background,
             max_cached_conversations=max_cached_conversations,
+            fact_extractor=fact_extractor,
+            long_term=self._long_term,
+            fact_scope=fact_scope,
+            fact_scope_id=fact_scope_id,
         )
         self._working = WorkingMemory(store=self._store, scope_id=working_scope_id)
-        if isinstance(long_term, LongTermMemory):
-            self._long_term: LongTermMemory | None = long_term
-        elif isinstance(long_term, bool):
-            self._long_term = LongTermMemory(self._store) if long_term else None
-        else:
-            raise TypeError(
-                f"long_term must be bool or LongTermMemory, not {type(long_term).__name__}"
-            )
 
     @classmethod
     def from_config(cls, settings: MemlaneSettings | None = None, **kwargs: Any) -> MemoryManager:

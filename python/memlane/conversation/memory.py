@@ -60,6 +60,21 @@ def _check_messages(raw_messages: object) -> list[ModelMessage]:
     return list(raw_messages)
 
 
+def _check_extraction(fact_extractor: Any, long_term: Any) -> tuple[Any, Any]:
+    """A fact extractor and the long-term memory it fills: both, or neither."""
+    if fact_extractor is None:
+        return None, long_term
+    for name in ("apply", "async_apply"):
+        if not callable(getattr(fact_extractor, name, None)):
+            raise TypeError(
+                "fact_extractor must be made by create_fact_extractor "
+                f"(a {type(fact_extractor).__name__} has no {name}())"
+            )
+    if long_term is None:
+        raise ValueError("fact_extractor needs long_term: the LongTermMemory facts go to")
+    return fact_extractor, long_term
+
+
 def _sync_reader(
     plan: Callable[[Any, str], Plan[T]],
     read: Callable[[ConversationState | None], T],
@@ -167,6 +182,15 @@ class ConversationMemory(ConversationLogic):
         max_cached_conversations: With a persistent store, how many conversations to keep
             in memory (least recently used evicted; reloading one is correct and reads only
             what is kept). An in-memory store keeps every conversation: it is the store.
+        fact_extractor: A :func:`~memlane.longterm.create_fact_extractor` extractor: turns
+            that leave the history (its budget window, or into the summary) are given to it
+            in the background, and the facts it finds are merged into ``long_term`` through
+            ``remember`` (a fact found again is confirmed, not duplicated). :meth:`flush`
+            waits for it too.
+        long_term: The :class:`~memlane.longterm.LongTermMemory` extracted facts go to
+            (required with ``fact_extractor``).
+        fact_scope: The scope extracted facts are remembered in (``global`` by default).
+        fact_scope_id: Its id (required for every scope but ``global``).
 
     Raises:
         TypeError: A budget that is not an ``int``, or a summarizer that is not callable.
@@ -183,8 +207,18 @@ class ConversationMemory(ConversationLogic):
         store: MemoryStore | None = None,
         summarize_in_background: bool = False,
         max_cached_conversations: int = 10_000,
+        fact_extractor: Any = None,
+        long_term: Any = None,
+        fact_scope: str = "global",
+        fact_scope_id: str | None = None,
     ) -> None:
         self.max_tokens = check_positive_int(max_tokens, "max_tokens")
+        self.fact_extractor, self.long_term = _check_extraction(fact_extractor, long_term)
+        self.fact_scope, self.fact_scope_id = fact_scope, fact_scope_id
+        if fact_extractor is not None:
+            from memlane.longterm.facts import check_scope  # only a host that extracts needs it
+
+            self.fact_scope, self.fact_scope_id = check_scope(fact_scope, fact_scope_id)
         if not isinstance(summarize_in_background, bool):
             raise TypeError(
                 "summarize_in_background must be bool, "
@@ -216,6 +250,7 @@ class ConversationMemory(ConversationLogic):
         self._states: OrderedDict[str, ConversationState] = OrderedDict()
         self._locks = LockTable()
         self._pending: dict[str, concurrent.futures.Future[None] | asyncio.Task[None]] = {}
+        self._extracting: set[concurrent.futures.Future[None] | asyncio.Task[None]] = set()
 
     @staticmethod
     def namespace(conversation_id: str) -> str:
@@ -288,7 +323,7 @@ class ConversationMemory(ConversationLogic):
             self._check_metadata(metadata),
             self._count(prompt, response, messages),
         )
-        if not self._persistent and self.summarizer is None:
+        if not self._persistent and self.summarizer is None and self.fact_extractor is None:
             turn = self._add_turn_now(new)
             if turn is not None:
                 return Done(turn)
@@ -390,14 +425,15 @@ class ConversationMemory(ConversationLogic):
     # ------------------------------------------------------------------ background summaries
 
     def flush(self) -> None:
-        """Waits until the summaries running in the background in this process are done.
+        """Waits until the summaries and fact extractions running in the background in this
+        process are done.
 
         Raises:
             RuntimeError: Called on an event loop's thread while a summary runs as a task of
                 that loop (waiting would stop it): use :meth:`async_flush` there.
         """
-        while self._pending:
-            for job in list(self._pending.values()):
+        while self._jobs():
+            for job in self._jobs():
                 if isinstance(job, concurrent.futures.Future):
                     concurrent.futures.wait([job])
                 elif not job.done() and not job.get_loop().is_closed():
@@ -415,10 +451,10 @@ class ConversationMemory(ConversationLogic):
                 self._forget(job)
 
     async def async_flush(self) -> None:
-        """Async :meth:`flush`: awaits the summaries running in the background."""
+        """Async :meth:`flush`: awaits the summaries and extractions running in the background."""
         loop = asyncio.get_running_loop()
-        while self._pending:
-            for job in list(self._pending.values()):
+        while self._jobs():
+            for job in self._jobs():
                 if isinstance(job, concurrent.futures.Future):
                     await asyncio.wait([asyncio.wrap_future(job)])
                 elif job.get_loop() is loop:
@@ -430,12 +466,18 @@ class ConversationMemory(ConversationLogic):
                     self._forget(job, force=True)
                 self._forget(job)
 
+    def _jobs(self) -> list[concurrent.futures.Future[None] | asyncio.Task[None]]:
+        """The background summaries and fact extractions not yet known to be done."""
+        self._extracting = {job for job in self._extracting if not job.done()}
+        return [*self._pending.values(), *self._extracting]
+
     def _forget(
         self, job: concurrent.futures.Future[None] | asyncio.Task[None], *, force: bool = False
     ) -> None:
         """Stops tracking ``job`` once it is done (or when it never can be, ``force``)."""
         if not (force or job.done()):
             return
+        self._extracting.discard(job)
         for cid, pending in list(self._pending.items()):
             if pending is job:
                 self._pending.pop(cid, None)

@@ -25,7 +25,7 @@ from typing import Any, NamedTuple, TypeVar
 from pydantic_ai.messages import ModelMessage
 
 from memlane._locks import HybridLock, LockTable
-from memlane._runner import Plan, Release, Spawn, StoreCall, Summarize, Summarizer
+from memlane._runner import Call, Plan, Release, Spawn, StoreCall, Summarize, Summarizer
 from memlane._validate import check_identifier
 from memlane.conversation.snapshot import ParsedSnapshot
 from memlane.conversation.state import (
@@ -86,6 +86,11 @@ class ConversationLogic:
     summarizer: Summarizer | None
     summarize_in_background: bool
     max_cached_conversations: int
+    fact_extractor: Any  # a memlane.longterm.FactExtractor (apply / async_apply), or None
+    long_term: Any  # the LongTermMemory extracted facts are remembered in
+    fact_scope: Any
+    fact_scope_id: str | None
+    _extracting: set[Any]  # extraction jobs (Future or Task) not yet known to be done
     _persistent: bool
     _states: OrderedDict[str, ConversationState]
     _locks: LockTable
@@ -220,6 +225,8 @@ class ConversationLogic:
             turn = self._next_turn(state, new)
             entry_id = ""
         state.append(turn, entry_id, default_messages=new.messages is None)
+        if self.fact_extractor is not None:
+            yield from self._extract_plan(cid, state, state.first_in_history)
         if self._eviction_count(state):
             if self.summarize_in_background:
                 if cid not in self._pending:  # at most one in flight per conversation
@@ -374,6 +381,8 @@ class ConversationLogic:
             elif state is not first_state:  # cleared and started again meanwhile
                 return False
             at = utc_now()
+            if self.fact_extractor is not None:  # the turns leave the history now, if not before
+                yield from self._extract_plan(cid, state, summarized + count)
             if not self._persistent:
                 state.evict(count)
                 state.summarized_turns += count
@@ -395,6 +404,36 @@ class ConversationLogic:
         for entry_id in replaced:
             yield StoreCall("delete", (ns, entry_id))
         return True
+
+    # ------------------------------------------------------------------ fact extraction
+
+    def _extract_plan(self, cid: str, state: ConversationState, upto: int) -> Plan[None]:
+        """Hands the turns below id ``upto`` that the extractor has not seen to a background
+        job, which merges the facts it finds into long-term memory through ``remember``.
+
+        A turn goes once it leaves the history (its window, or into the summary), once per
+        process: a restarted host, or another host of a fleet, may give it again, and
+        ``remember`` then confirms the fact rather than duplicating it.
+        """
+        first = max(state.extracted_upto, state.summarized_turns)
+        if upto <= first:
+            return
+        turns = [state.turn(i - state.summarized_turns) for i in range(first, upto)]
+        state.extracted_upto = upto
+        job = yield Spawn(lambda: self._extract_job(cid, turns))
+        self._extracting = {j for j in self._extracting if not j.done()}
+        self._extracting.add(job)
+
+    def _extract_job(self, cid: str, turns: list[ConversationTurn]) -> Plan[None]:
+        extractor, long_term = self.fact_extractor, self.long_term
+        scope, scope_id = self.fact_scope, self.fact_scope_id
+        try:
+            yield Call(
+                lambda: extractor.apply(long_term, turns, scope=scope, scope_id=scope_id),
+                lambda: extractor.async_apply(long_term, turns, scope=scope, scope_id=scope_id),
+            )
+        except Exception:  # noqa: BLE001  # nobody awaits a background job: say what failed
+            logger.warning("memlane: fact extraction from %r failed", cid, exc_info=True)
 
     def _fit_summary(self, summary: str) -> tuple[str, int]:
         """The summary and its tokens (prefix included), cut to half the budget if it would

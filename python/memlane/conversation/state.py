@@ -92,6 +92,7 @@ class ConversationState:
 
     __slots__ = (
         "entry_ids",
+        "extracted_upto",
         "head",
         "ledger",
         "records",
@@ -116,6 +117,12 @@ class ConversationState:
         self.summary_at: datetime = utc_now()
         self.summary_entry_id: str | None = None  # the stored summary, once there is one
         self.head = 0  # the next log sequence number (persistent stores)
+        self.extracted_upto = 0  # turns below this id went to the fact extractor
+
+    @property
+    def first_in_history(self) -> int:
+        """The id of the oldest turn the history still sends (every older one has left it)."""
+        return self.summarized_turns + int(self.ledger.window_start) - int(self.ledger.offset)
 
     @property
     def next_turn_id(self) -> int:
