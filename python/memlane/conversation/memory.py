@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import inspect
+import threading
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Coroutine
@@ -251,6 +252,7 @@ class ConversationMemory(ConversationLogic):
         self._locks = LockTable()
         self._pending: dict[str, concurrent.futures.Future[None] | asyncio.Task[None]] = {}
         self._extracting: set[concurrent.futures.Future[None] | asyncio.Task[None]] = set()
+        self._jobs_guard = threading.Lock()
 
     @staticmethod
     def namespace(conversation_id: str) -> str:
@@ -468,8 +470,9 @@ class ConversationMemory(ConversationLogic):
 
     def _jobs(self) -> list[concurrent.futures.Future[None] | asyncio.Task[None]]:
         """The background summaries and fact extractions not yet known to be done."""
-        self._extracting = {job for job in self._extracting if not job.done()}
-        return [*self._pending.values(), *self._extracting]
+        with self._jobs_guard:
+            self._extracting = {job for job in self._extracting if not job.done()}
+            return [*self._pending.values(), *self._extracting]
 
     def _forget(
         self, job: concurrent.futures.Future[None] | asyncio.Task[None], *, force: bool = False
@@ -477,7 +480,8 @@ class ConversationMemory(ConversationLogic):
         """Stops tracking ``job`` once it is done (or when it never can be, ``force``)."""
         if not (force or job.done()):
             return
-        self._extracting.discard(job)
+        with self._jobs_guard:
+            self._extracting.discard(job)
         for cid, pending in list(self._pending.items()):
             if pending is job:
                 self._pending.pop(cid, None)

@@ -17,6 +17,7 @@ took it first (see :mod:`memlane.conversation.state`).
 from __future__ import annotations
 
 import logging
+import threading
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable
@@ -91,6 +92,7 @@ class ConversationLogic:
     fact_scope: Any
     fact_scope_id: str | None
     _extracting: set[Any]  # extraction jobs (Future or Task) not yet known to be done
+    _jobs_guard: threading.Lock  # guards _extracting: jobs start and end in any thread
     _persistent: bool
     _states: OrderedDict[str, ConversationState]
     _locks: LockTable
@@ -421,8 +423,9 @@ class ConversationLogic:
         turns = [state.turn(i - state.summarized_turns) for i in range(first, upto)]
         state.extracted_upto = upto
         job = yield Spawn(lambda: self._extract_job(cid, turns))
-        self._extracting = {j for j in self._extracting if not j.done()}
-        self._extracting.add(job)
+        with self._jobs_guard:
+            self._extracting = {j for j in self._extracting if not j.done()}
+            self._extracting.add(job)
 
     def _extract_job(self, cid: str, turns: list[ConversationTurn]) -> Plan[None]:
         extractor, long_term = self.fact_extractor, self.long_term
