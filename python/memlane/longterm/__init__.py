@@ -10,12 +10,18 @@
 
 from __future__ import annotations
 
+from memlane.errors import ProcedureNotFoundError, UserNotFoundError
+from memlane.longterm.episodes import Episode, EpisodeOutcome
 from memlane.longterm.extraction import ExtractedFact, FactExtractor, create_fact_extractor
 from memlane.longterm.fuzzy import fuzzy_match, query_words
 from memlane.longterm.memory import LongTermMemory
 from memlane.longterm.model import Fact, FactRevision, FactScope, FactType, RememberResult
+from memlane.longterm.procedures import Procedure, ProcedureType
+from memlane.longterm.users import MemoryUser, UserContext
 
 __all__ = [
+    "Episode",
+    "EpisodeOutcome",
     "ExtractedFact",
     "Fact",
     "FactExtractor",
@@ -23,7 +29,13 @@ __all__ = [
     "FactScope",
     "FactType",
     "LongTermMemory",
+    "MemoryUser",
+    "Procedure",
+    "ProcedureNotFoundError",
+    "ProcedureType",
     "RememberResult",
+    "UserContext",
+    "UserNotFoundError",
     "create_fact_extractor",
     "fuzzy_match",
     "query_words",
