@@ -48,7 +48,7 @@ def _headline(key: str, case: str) -> bool:
         return case.startswith(("set/get/has mix", "store.load"))
     if key == "memory":
         return case.startswith("RSS")
-    if key == "fleet":
+    if key in ("fleet", "longterm"):
         return "(diagnostic" not in case
     return True
 
@@ -216,8 +216,8 @@ def readme_block(results_text: str) -> str:
         "_Generated from [benches/RESULTS.md](benches/RESULTS.md) by `python -m benches`; "
         "edits here are overwritten._\n\n"
         "memlane against what users would otherwise use — OpenAI's tiktoken and GitHub's bpe-openai for "
-        "counting, LangChain's `trim_messages` for keeping a history under budget — and against its own "
-        "pure-Python twin. Machine, versions, every contender's table, correctness checks and the "
+        "counting, LangChain's `trim_messages` for keeping a history under budget, LangGraph's "
+        "`BaseStore` for long-term facts — and against its own pure-Python twin. Machine, versions, every contender's table, correctness checks and the "
         f"profiles of missed targets are in [benches/RESULTS.md](benches/RESULTS.md).{note}\n\n"
         f"{body.replace('### ', '#### ')}\n\n"
         f"Plots: {plots}\n\n"

@@ -7,8 +7,8 @@ Usage::
     python -m benches --only turns      # one workload; the others keep their stored results
     python -m benches --report          # regenerate RESULTS.md / plots / README from results.json
 
-Workloads: tokens (1), turns (2), scaling (3), stores (4), memory (5), fleet (6). Results are
-stored per workload in ``benches/results.json``, so a workload can be re-run on its own.
+Workloads: tokens (1), turns (2), scaling (3), stores (4), memory (5), fleet (6), longterm (7).
+Results are stored per workload in ``benches/results.json``, so a workload can be re-run on its own.
 """
 
 from __future__ import annotations
@@ -24,7 +24,15 @@ from pathlib import Path
 if __package__ in (None, ""):  # `python benches/run.py`: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benches import bench_fleet, bench_memory, bench_stores, bench_tokens, bench_turns, report
+from benches import (
+    bench_fleet,
+    bench_longterm,
+    bench_memory,
+    bench_stores,
+    bench_tokens,
+    bench_turns,
+    report,
+)
 from benches.harness import BENCH_DIR, Config, WorkloadResult, environment, loadavg
 
 WORKLOADS = {
@@ -36,6 +44,10 @@ WORKLOADS = {
     "fleet": (
         "6. Fleet: the coherence check per store, and summaries off the request path",
         bench_fleet.run,
+    ),
+    "longterm": (
+        "7. Long-term facts: LongTermMemory beside LangGraph's BaseStore",
+        bench_longterm.run,
     ),
 }
 RESULTS_JSON = BENCH_DIR / "results.json"
