@@ -45,6 +45,7 @@ from benches.harness import (
     Row,
     Unavailable,
     WorkloadResult,
+    _version,
     filesystem_of,
     fill_rows,
     find,
@@ -349,10 +350,14 @@ def _measure_size(
                 case,
                 "op",
                 ref if op != "search_query" else names[0],
-                throughput=lambda s: f"{1 / s:,.0f} ops/s",
+                throughput=_ops_per_second,
             )
             _check(result, contenders, op, case)
     return contenders
+
+
+def _ops_per_second(seconds: float) -> str:
+    return f"{1 / seconds:,.0f} ops/s" if seconds < 0.1 else f"{1 / seconds:.2g} ops/s"
 
 
 def _check(result: WorkloadResult, contenders: dict[str, Contender], op: str, case: str) -> None:
@@ -507,6 +512,10 @@ def run(cfg: Config, log: Callable[[str], None]) -> WorkloadResult:
             f"call) and with memlane's SQLiteStore settings (WAL, synchronous=NORMAL), which the "
             "put/get target is judged against. Files live in "
             f"{tempfile.gettempdir()} ({filesystem_of(tempfile.gettempdir())})."
+        ),
+        (
+            f"Versions: langgraph {_version('langgraph')}, langgraph-checkpoint-sqlite "
+            f"{_version('langgraph-checkpoint-sqlite')}."
         ),
         (
             "PostgreSQL and MongoDB are not in this workload: filling a server with 100,000 facts "

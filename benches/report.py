@@ -222,7 +222,7 @@ def readme_block(results_text: str) -> str:
         f"{body.replace('### ', '#### ')}\n\n"
         f"Plots: {plots}\n\n"
         "```bash\npip install -r benches/requirements.txt\n"
-        "python -m benches            # full run, < 15 min on 2 cores\n"
+        "python -m benches            # full run, < 20 min on 2 cores\n"
         "python -m benches --quick    # smoke run, < 2 min\n```\n"
         f"{END}"
     )

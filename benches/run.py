@@ -2,7 +2,7 @@
 
 Usage::
 
-    python -m benches                   # every workload, full sizes (< 15 min on 2 cores)
+    python -m benches                   # every workload, full sizes (< 20 min on 2 cores)
     python -m benches --quick           # smoke run (< 2 min)
     python -m benches --only turns      # one workload; the others keep their stored results
     python -m benches --report          # regenerate RESULTS.md / plots / README from results.json
