@@ -43,13 +43,14 @@ from memlane._backend import Implementation
 from memlane.agents import MemlaneConversationStore
 from memlane.stores import IndexFallbackWarning, MongoDBStore, PostgreSQLStore
 from memlane.types import MemoryEntry
+from test_multiprocess import STEP_TIMEOUT
+from test_multiprocess import Worker as MultiprocessWorker
 
 KINDS = ["memory", "sqlite", "file", "postgres", "mongodb"]
 SHARED_KINDS = KINDS[1:]  # the stores several processes can open
 WRITERS = 8
 PROCESSES = 4
 ROUNDS = 4
-STEP_TIMEOUT = 120.0
 
 Place = dict[str, str]
 SaveIf = Callable[[str, MemoryEntry, int | None], Awaitable[bool]]
@@ -430,8 +431,8 @@ class TestStoresWithoutConditionalWrites:
 # ---------------------------------------------------------------------------- processes
 
 
-class Worker:
-    """One worker process (this module run as a script) and its line protocol."""
+class Worker(MultiprocessWorker):
+    """One worker process (this module run as a script), told to quit when closed."""
 
     def __init__(self, place: Place, impl: Implementation) -> None:
         env = {**os.environ, "MEMLANE_PURE_PYTHON": "1" if impl.name == "python" else "0"}
@@ -444,36 +445,12 @@ class Worker:
             env=env,
         )
 
-    def expect(self, state: str) -> dict[str, Any]:
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
-        if not line:
-            self.proc.wait(timeout=STEP_TIMEOUT)
-            assert self.proc.stderr is not None
-            pytest.fail(
-                f"worker exited with {self.proc.returncode} before {state!r}:\n"
-                f"{self.proc.stderr.read()}"
-            )
-        message: dict[str, Any] = json.loads(line)
-        assert message["state"] == state, message
-        return message
-
-    def send(self, line: str) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(line + "\n")
-        self.proc.stdin.flush()
-
     def close(self) -> None:
         if self.proc.poll() is None:
             self.send("quit")
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):  # the base class kills it
                 self.proc.wait(timeout=STEP_TIMEOUT)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        for pipe in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
-            if pipe is not None:
-                pipe.close()
+        super().close()
 
 
 @contextlib.contextmanager
