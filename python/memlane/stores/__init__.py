@@ -10,7 +10,9 @@ Every store has the same methods: ``save``, ``save_many``, ``load``, ``load_by_k
 with an ``async_`` twin, and works as ``with store:`` and ``async with store:``. Each also
 implements :class:`ConditionalStore`: ``save_if`` (an atomic compare-and-swap on a key's
 version) and ``load_range`` (keyed entries in a key range, by index), which hosts sharing a
-store rely on; a custom store without them still serves one process.
+store rely on; a custom store without them still serves one process. Each is also a
+:class:`SearchableStore`: ``search`` ranks the entries carrying a ``search_text`` by a
+query's words, from the store's own full-text index.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from memlane.stores.protocol import (
     AsyncMemoryStore,
     ConditionalStore,
     MemoryStore,
+    SearchableStore,
+    SearchHit,
     SyncMemoryStore,
 )
 from memlane.stores.sqlite import SQLiteStore
@@ -37,5 +41,7 @@ __all__ = [
     "MongoDBStore",
     "PostgreSQLStore",
     "SQLiteStore",
+    "SearchHit",
+    "SearchableStore",
     "SyncMemoryStore",
 ]

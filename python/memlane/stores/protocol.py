@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from types import TracebackType
-from typing import Any, Protocol, Self, TypeVar, runtime_checkable
+from typing import Any, NamedTuple, Protocol, Self, TypeVar, runtime_checkable
 
 from memlane._pure.store import Row
 from memlane._validate import check_identifier, check_str, type_name
@@ -31,9 +32,12 @@ T = TypeVar("T")
 
 __all__ = [
     "MAX_VERSION",
+    "SEARCH_TEXT",
     "AsyncMemoryStore",
     "ConditionalStore",
     "MemoryStore",
+    "SearchHit",
+    "SearchableStore",
     "SyncMemoryStore",
     "check_entry",
     "check_entry_id",
@@ -42,12 +46,16 @@ __all__ = [
     "check_key_range",
     "check_keyed_entry",
     "check_namespace",
+    "check_search",
     "check_storable",
     "dumps_json",
     "entry_to_row",
     "find_unstorable",
     "next_version",
+    "rank_entries",
     "row_to_entry",
+    "search_terms",
+    "search_text",
 ]
 
 
@@ -206,6 +214,167 @@ class ConditionalStore(MemoryStore, Protocol):
 
     async def async_load_range(self, namespace: str, start: str, stop: str) -> list[MemoryEntry]:
         """Async :meth:`load_range`."""
+
+
+SEARCH_TEXT = "search_text"
+"""The metadata field a :class:`SearchableStore` indexes: an entry is searchable when
+``entry.metadata["search_text"]`` is a ``str``, and only by that text."""
+
+
+class SearchHit(NamedTuple):
+    """One result of :meth:`SearchableStore.search`: the entry and its relevance (> 0)."""
+
+    entry: MemoryEntry
+    score: float
+
+
+@runtime_checkable
+class SearchableStore(MemoryStore, Protocol):
+    """A :class:`MemoryStore` that ranks entries by the words of a query, from an index.
+
+    What an entry is searched by is its ``metadata["search_text"]`` (:data:`SEARCH_TEXT`),
+    split into terms by :func:`search_terms`. A query is split the same way and is data only:
+    quotes, ``%``, FTS operators, ``$`` operators and regex metacharacters never act as syntax.
+
+    Each store serves it with its own full-text machinery (an inverted index in memory, SQLite
+    FTS5, PostgreSQL ``tsvector`` with ``pg_trgm``, MongoDB's text index where the server has
+    one), so a selective query does not read every entry. Scores are relevance as the store
+    computes it (BM25-like: more of the query's terms, and rarer ones, score higher); they
+    order one call's results and are not comparable across stores.
+    """
+
+    def search(
+        self,
+        namespaces: Sequence[str],
+        query: str,
+        *,
+        limit: int = 10,
+        min_importance: float = 0.0,
+    ) -> list[SearchHit]:
+        """The entries of ``namespaces`` most relevant to ``query``, best first.
+
+        An entry is a candidate when it is unexpired, lies in one of ``namespaces``, has
+        ``importance >= min_importance`` and its search text shares at least one term with
+        the query (every term need not be present). Candidates are ordered by score, highest
+        first, then by importance, highest first; at most ``limit`` are returned. A query
+        without terms gives ``[]``.
+
+        Raises:
+            TypeError, ValueError: A bad argument (see :func:`check_search`), named.
+        """
+
+    async def async_search(
+        self,
+        namespaces: Sequence[str],
+        query: str,
+        *,
+        limit: int = 10,
+        min_importance: float = 0.0,
+    ) -> list[SearchHit]:
+        """Async :meth:`search`."""
+
+
+# Letters and digits of any script; everything else (underscore, hyphen, punctuation, quotes,
+# operators, whitespace) only separates terms.
+_TERM = re.compile(r"[^\W_]+")
+
+
+def search_terms(text: str) -> list[str]:
+    """The terms ``text`` is indexed and searched by: casefolded runs of letters and digits.
+
+    ``"user_timezone: Australia/Adelaide"`` gives ``user, timezone, australia, adelaide``;
+    ``'"a" OR b*'`` gives ``a, or, b`` (operators are words or separators, never syntax).
+    """
+    return _TERM.findall(text.casefold())
+
+
+def search_text(entry: MemoryEntry) -> str | None:
+    """The text an entry is searched by, or ``None`` when it is not searchable."""
+    text = entry.metadata.get(SEARCH_TEXT)
+    return text if isinstance(text, str) else None
+
+
+BM25_K1 = 1.2
+BM25_B = 0.75
+
+
+def bm25(tf: int, df: int, docs: int, length: int, avg_length: float) -> float:
+    """One term's BM25 weight in one document (Robertson–Spärck Jones idf, always > 0).
+
+    Args:
+        tf: The term's occurrences in the document.
+        df: How many documents of the corpus hold the term.
+        docs: How many documents the corpus has.
+        length: The document's length in terms.
+        avg_length: The corpus's mean document length in terms.
+    """
+    idf = math.log(1.0 + (docs - df + 0.5) / (df + 0.5))
+    norm = BM25_K1 * (1.0 - BM25_B + BM25_B * length / avg_length) if avg_length else BM25_K1
+    return idf * tf * (BM25_K1 + 1.0) / (tf + norm)
+
+
+def rank_entries(
+    entries: Iterable[MemoryEntry], terms: Sequence[str], limit: int, min_importance: float
+) -> list[SearchHit]:
+    """:meth:`SearchableStore.search` by reading every entry: the fallback of stores without
+    an index (a file store, a MongoDB server without text indexes), and the reference the
+    indexed ones are tested against.
+
+    The corpus is the searchable entries given (already limited to the searched namespaces
+    and unexpired); ``terms`` are the query's distinct terms (:func:`check_search`).
+    """
+    docs: list[tuple[MemoryEntry, dict[str, int], int]] = []
+    for entry in entries:
+        text = search_text(entry)
+        if text is None:
+            continue
+        counts: dict[str, int] = {}
+        words = search_terms(text)
+        for word in words:
+            counts[word] = counts.get(word, 0) + 1
+        docs.append((entry, counts, len(words)))
+    if not docs or not terms:
+        return []
+    avg = sum(length for _, _, length in docs) / len(docs)
+    df = {t: sum(1 for _, counts, _ in docs if t in counts) for t in terms}
+    hits: list[tuple[float, int, SearchHit]] = []
+    for order, (entry, counts, length) in enumerate(docs):
+        if entry.importance < min_importance:
+            continue
+        score = 0.0
+        for t in terms:
+            if t in counts:
+                score += bm25(counts[t], df[t], len(docs), length, avg)
+        if score > 0.0:
+            hits.append((score, order, SearchHit(entry, score)))
+    hits.sort(key=lambda h: (-h[0], -h[2].entry.importance, h[1]))
+    return [hit for _, _, hit in hits[:limit]]
+
+
+def check_search(
+    namespaces: object, query: object, limit: object, min_importance: object
+) -> tuple[list[str], list[str], int, float]:
+    """The checked arguments of :meth:`SearchableStore.search`: namespaces (each checked,
+    duplicates dropped, order kept), the query's distinct terms (in order), limit, minimum.
+
+    Raises:
+        TypeError: ``namespaces`` is a ``str`` or not a sequence of ``str``; ``query`` not a
+            ``str``; ``limit`` not an ``int``; ``min_importance`` not a number.
+        ValueError: An invalid namespace, ``limit < 1``, ``min_importance`` outside 0.0–1.0.
+    """
+    if isinstance(namespaces, str) or not isinstance(namespaces, Sequence):
+        raise TypeError(f"namespaces must be a list of str, not {type_name(namespaces)}")
+    names = list(dict.fromkeys(check_namespace(n) for n in namespaces))
+    terms = list(dict.fromkeys(search_terms(check_str(query, "query"))))
+    if isinstance(limit, bool) or not isinstance(limit, int):
+        raise TypeError(f"limit must be int, not {type_name(limit)}")
+    if limit < 1:
+        raise ValueError(f"limit must be at least 1, got {limit}")
+    if isinstance(min_importance, bool) or not isinstance(min_importance, int | float):
+        raise TypeError(f"min_importance must be a number, not {type_name(min_importance)}")
+    if not 0.0 <= min_importance <= 1.0:
+        raise ValueError(f"min_importance must be between 0.0 and 1.0, got {min_importance!r}")
+    return names, terms, limit, float(min_importance)
 
 
 # ---------------------------------------------------------------------------- arguments
