@@ -35,6 +35,7 @@ from memlane._validate import check_identifier, check_positive_int, check_str, t
 from memlane.longterm.fuzzy import matches_words
 from memlane.longterm.model import check_json_value, namespace, render_value
 from memlane.stores import MemoryStore
+from memlane.stores.protocol import SEARCH_TEXT
 from memlane.types import MemoryEntry, MemoryScope, as_utc, utc_now
 
 if TYPE_CHECKING:
@@ -459,7 +460,11 @@ def _first_prompt(messages: list[ModelMessage]) -> Any:
 def _save(episode: Episode) -> StoreCall[Episode]:
     content = episode.model_dump(mode="json")
     entry = MemoryEntry(
-        scope=MemoryScope.LONG_TERM, key=episode.id, content=content, created_at=episode.ended_at
+        scope=MemoryScope.LONG_TERM,
+        key=episode.id,
+        content=content,
+        metadata={SEARCH_TEXT: episode.search_text()},
+        created_at=episode.ended_at,
     )
     # Returned as it will be read back (tuples become lists), so the two compare equal.
     stored = Episode.model_validate(content)

@@ -43,6 +43,7 @@ from memlane.longterm.model import (
     render_value,
 )
 from memlane.stores import MemoryStore
+from memlane.stores.protocol import SEARCH_TEXT
 from memlane.types import MemoryEntry, MemoryScope, utc_now
 
 __all__ = ["MEMORY_TYPES", "FactsMixin", "check_ids", "check_scope", "fact_namespace"]
@@ -114,10 +115,12 @@ def _fact(entry: MemoryEntry, where: str) -> Fact:
 
 
 def _entry(fact: Fact, entry_id: str | None = None) -> MemoryEntry:
+    # The confidence is the entry's importance, so a store's search filters and ranks by it.
     entry = MemoryEntry(
         scope=MemoryScope.LONG_TERM,
         key=fact.key,
         content=fact.model_dump(mode="json"),
+        metadata={SEARCH_TEXT: f"{fact.key} {render_value(fact.value)}"},
         importance=fact.confidence,
     )
     if entry_id is not None:

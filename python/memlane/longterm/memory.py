@@ -9,11 +9,12 @@ from __future__ import annotations
 from memlane.longterm.episodes import EpisodesMixin
 from memlane.longterm.facts import FactsMixin
 from memlane.longterm.procedures import ProceduresMixin
+from memlane.longterm.search import SearchMixin
 from memlane.longterm.users import UsersMixin
 from memlane.stores import InMemoryStore, MemoryStore
 
 
-class LongTermMemory(FactsMixin, EpisodesMixin, ProceduresMixin, UsersMixin):
+class LongTermMemory(FactsMixin, EpisodesMixin, ProceduresMixin, UsersMixin, SearchMixin):
     """Memory that outlives conversations: facts in a scope hierarchy, and more.
 
     Every method has an ``async_`` twin running the same plan.

@@ -34,6 +34,7 @@ from memlane.errors import CorruptStoreError, ProcedureNotFoundError
 from memlane.longterm.fuzzy import matches_words
 from memlane.longterm.model import check_enum, check_json_value, namespace, render_value
 from memlane.stores import MemoryStore
+from memlane.stores.protocol import SEARCH_TEXT
 from memlane.types import MemoryEntry, MemoryScope, as_utc, utc_now
 
 __all__ = [
@@ -340,6 +341,7 @@ def _entry(procedure: Procedure) -> MemoryEntry:
         scope=MemoryScope.LONG_TERM,
         key=procedure.id,
         content=procedure.model_dump(mode="json"),
+        metadata={SEARCH_TEXT: procedure.search_text()},
         created_at=procedure.created_at,
     )
 
