@@ -21,6 +21,7 @@ from types import ModuleType
 from typing import Literal, cast
 
 from memlane._pure import budget as _pure_budget
+from memlane._pure import search as _pure_search
 from memlane._pure import store as _pure_store
 from memlane._pure import tokens as _pure_tokens
 
@@ -39,6 +40,7 @@ class Implementation:
     Encoder: type[_pure_tokens.Encoder]
     BudgetLedger: type[_pure_budget.BudgetLedger]
     MemoryTable: type[_pure_store.MemoryTable]
+    SearchIndex: type[_pure_search.SearchIndex]
     SqliteTable: type[_pure_store.SqliteTable]
 
 
@@ -47,6 +49,7 @@ PYTHON = Implementation(
     Encoder=_pure_tokens.Encoder,
     BudgetLedger=_pure_budget.BudgetLedger,
     MemoryTable=_pure_store.MemoryTable,
+    SearchIndex=_pure_search.SearchIndex,
     SqliteTable=_pure_store.SqliteTable,
 )
 """The pure-Python twin: the readable reference."""
@@ -69,6 +72,7 @@ def _rust(module: ModuleType) -> Implementation:
         Encoder=cast("type[_pure_tokens.Encoder]", module.Encoder),
         BudgetLedger=cast("type[_pure_budget.BudgetLedger]", module.BudgetLedger),
         MemoryTable=cast("type[_pure_store.MemoryTable]", module.MemoryTable),
+        SearchIndex=cast("type[_pure_search.SearchIndex]", module.SearchIndex),
         SqliteTable=cast("type[_pure_store.SqliteTable]", module.SqliteTable),
     )
 

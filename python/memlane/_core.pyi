@@ -4,7 +4,7 @@ from collections.abc import Sequence
 from os import PathLike
 from typing import Any, Self, TypeAlias, final
 
-__all__ = ["BudgetLedger", "Encoder", "MemoryTable", "SqliteTable", "__version__"]
+__all__ = ["BudgetLedger", "Encoder", "MemoryTable", "SearchIndex", "SqliteTable", "__version__"]
 
 __version__: str
 
@@ -177,6 +177,76 @@ class MemoryTable:
     def __len__(self) -> int:
         """Number of entries, expired ones included."""
 
+@final
+class SearchIndex:
+    """Searchable entries with term postings, ranked by BM25: what ``InMemoryStore.search``
+    reads.
+
+    Twin of :class:`memlane._pure.search.SearchIndex`; ``rust/src/store/search.rs`` states the
+    invariants both keep. Terms arrive already split by
+    :func:`memlane.stores.protocol.search_terms`, so both index the same terms, and scores
+    are computed with the same float operations in the same order, so both give equal ones.
+    A search reads only the postings of the query's terms and releases the GIL while scoring.
+
+    Entry ids and namespaces must be ``str`` (lone surrogates included, as in
+    :class:`MemoryTable`), terms a ``list`` of ``str``; any other type raises ``TypeError``.
+    """
+
+    def __new__(cls) -> Self: ...
+    def upsert(
+        self,
+        entry_id: str,
+        namespace: str,
+        terms: list[str],
+        importance: float,
+        expires_at: float | None,
+        payload: Any,
+    ) -> None:
+        """Indexes a document, replacing the one with the same ``entry_id`` (in any namespace).
+
+        A document replaced within its namespace keeps its age (the last tie-break); one that
+        moves namespace becomes the newest.
+
+        Args:
+            entry_id: The entry's id, unique across namespaces.
+            namespace: The namespace the entry lies in.
+            terms: The document's terms in text order, repeats included (its term counts and
+                length); an empty list is a document no query finds that still counts in the
+                corpus.
+            importance: The entry's importance, 0.0–1.0.
+            expires_at: Expiry as Unix seconds, or ``None`` for never.
+            payload: The object that ``search`` returns.
+        """
+    def remove(self, entry_id: str) -> bool:
+        """Removes the document of ``entry_id``; whether there was one."""
+    def clear(self, namespace: str) -> int:
+        """Removes every document of a namespace, expired ones too; how many there were."""
+    def cleanup_expired(self, now: float) -> int:
+        """Removes documents expired at ``now`` everywhere; how many."""
+    def search(
+        self,
+        namespaces: Sequence[str],
+        terms: Sequence[str],
+        limit: int,
+        min_importance: float,
+        now: float,
+    ) -> list[tuple[Any, float]]:
+        """The best ``limit`` payloads for ``terms`` with their scores, best first.
+
+        A candidate lies in one of ``namespaces``, is unexpired at ``now``, has
+        ``importance >= min_importance`` and holds one of ``terms``. Its score sums, over the
+        distinct ``terms`` in order, each one's BM25 weight in it, with corpus statistics over
+        every document in the index; ties go to importance, then to the oldest document.
+
+        Raises:
+            OverflowError: ``limit`` is negative or does not fit in a machine word.
+        """
+    @property
+    def visited(self) -> int:
+        """Postings read by every search so far (a search's cost, for tests)."""
+    def __len__(self) -> int:
+        """Number of documents, expired ones included."""
+
 _Row: TypeAlias = tuple[str, str, str | None, str, str, str, float | None, float, int]
 
 @final
@@ -194,7 +264,9 @@ class SqliteTable:
     A row is ``(entry_id, scope, key, content, metadata, created_at, expires_at,
     importance, version)``: ``content`` and ``metadata`` are JSON text, ``created_at`` ISO
     text, ``expires_at`` Unix seconds or ``None``, ``version`` the store-assigned version. A
-    file made before the version column existed gains it on open, its rows at version 0.
+    file made before the version column existed gains it on open, its rows at version 0; one
+    made before the search index (``memory_search``, FTS5) gains it on open, filled from its
+    rows, once, whichever process opens it first.
 
     Args:
         path: The database file; it and its parent directories are created if missing.
@@ -245,6 +317,32 @@ class SqliteTable:
         """
     def load_by_key(self, namespace: str, key: str, now: float) -> _Row | None:
         """The unexpired row holding ``key``, or ``None``.
+
+        Raises:
+            ValueError: The table is closed.
+        """
+    def search(
+        self,
+        namespaces: Sequence[str],
+        terms: Sequence[str],
+        limit: int,
+        min_importance: float,
+        now: float,
+    ) -> list[tuple[_Row, float]]:
+        """Ranked rows from the FTS5 index of ``metadata.search_text``.
+
+        The rows of ``namespaces`` unexpired at ``now`` with ``importance >= min_importance``
+        whose search text holds any of ``terms``: best BM25 first, then highest importance,
+        then oldest; at most ``limit``. Each comes with its score (``-bm25()``, > 0, higher is
+        better). Each term is quoted as an FTS5 string, so no term acts as syntax; no
+        namespaces or no terms give ``[]``. The GIL is released while SQLite works.
+
+        Args:
+            namespaces: The namespaces to search (a ``str`` is refused with ``TypeError``).
+            terms: The query's terms, already split and folded.
+            limit: The most rows returned (a signed 64-bit integer).
+            min_importance: The lowest importance returned.
+            now: Unix seconds; rows expiring at or before it are left out.
 
         Raises:
             ValueError: The table is closed.

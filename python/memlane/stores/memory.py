@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import math
 import threading
+from collections.abc import Sequence
 
 from memlane import _backend
-from memlane.stores._base import LocalStore
+from memlane.stores._base import LocalStore, awaitable
 from memlane.stores.protocol import (
+    SearchableStore,
+    SearchHit,
     check_entry,
     check_entry_id,
     check_expected_version,
@@ -14,14 +18,21 @@ from memlane.stores.protocol import (
     check_key_range,
     check_keyed_entry,
     check_namespace,
+    check_search,
     check_storable,
     next_version,
     now,
+    search_terms,
+    search_text,
     timestamp,
 )
 from memlane.types import MemoryEntry
 
 __all__ = ["InMemoryStore"]
+
+_EVER = -math.inf
+"""A ``now`` at which every entry is live: the table's ``load_by_key`` then finds a key's
+holder even when it has expired (a save displaces an expired holder too)."""
 
 
 class InMemoryStore(LocalStore):
@@ -33,6 +44,11 @@ class InMemoryStore(LocalStore):
     with a ``version`` other than the one stored is kept as a copy carrying the stored one.
     The ``async_`` methods run inline (nothing to wait for);
     :meth:`~memlane.stores.protocol.SyncMemoryStore.close` drops every entry.
+
+    :meth:`search` reads an inverted index kept beside the table, which every write updates
+    in the same step: an entry is indexed by the ``metadata["search_text"]`` it had when it
+    was saved (changing a saved entry's metadata in place changes nothing until it is saved
+    again). Entries without a search text cost nothing extra while no entry has one.
     """
 
     persistent = False
@@ -40,16 +56,50 @@ class InMemoryStore(LocalStore):
 
     def __init__(self) -> None:
         self._table = _backend.active.MemoryTable()
-        # Makes save_if's read and write one step against other save_if calls; plain saves
-        # do not take it (they are not conditional, and stay one table call).
-        self._cas_lock = threading.Lock()
+        self._index = _backend.active.SearchIndex()
+        # Every write takes it, so that the table and the search index change together: two
+        # threads saving one entry id could otherwise leave the index with the text of the
+        # save the table did not keep. It also makes save_if's read and write one step.
+        # Reads and searches do not take it (the table and the index each lock themselves),
+        # so a search running beside a write may see it half done, as a load running beside
+        # save_many sees part of the batch.
+        self._write_lock = threading.Lock()
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__}>"
 
     def _release(self) -> None:
-        # An empty table of the same implementation, so the entries can be freed at once.
-        self._table = type(self._table)()
+        # An empty table and index of the same implementation, so the entries can be freed at
+        # once.
+        with self._write_lock:
+            self._table = type(self._table)()
+            self._index = type(self._index)()
+
+    def _write(self, namespace: str, entry: MemoryEntry) -> None:
+        """Saves ``entry`` in the table and mirrors the change in the search index.
+
+        The caller holds the write lock. The index must lose every entry the save removes
+        from the table (the entry's previous version, and the holder of its key) and gain the
+        entry if it has a search text.
+        """
+        text = search_text(entry)
+        expires_at = timestamp(entry.expires_at)
+        if text is None and not self._index:
+            # Nothing is searchable, so the save cannot change the index: conversation turns
+            # take this path, one table call as before the index existed.
+            self._table.save(namespace, entry.entry_id, entry.key, expires_at, entry)
+            return
+        if entry.key is not None:
+            holder: MemoryEntry | None = self._table.load_by_key(namespace, entry.key, _EVER)
+            if holder is not None and holder.entry_id != entry.entry_id:
+                self._index.remove(holder.entry_id)
+        self._table.save(namespace, entry.entry_id, entry.key, expires_at, entry)
+        if text is None:
+            self._index.remove(entry.entry_id)
+        else:
+            self._index.upsert(
+                entry.entry_id, namespace, search_terms(text), entry.importance, expires_at, entry
+            )
 
     def save(self, namespace: str, entry: MemoryEntry) -> None:
         """Inserts or replaces ``entry`` (by ``entry_id``, and by key within the namespace).
@@ -61,17 +111,17 @@ class InMemoryStore(LocalStore):
         namespace = check_namespace(namespace)
         entry = _at_version(check_storable(check_entry(entry)), 0)
         self._check_open()
-        self._table.save(namespace, entry.entry_id, entry.key, timestamp(entry.expires_at), entry)
+        with self._write_lock:
+            self._write(namespace, entry)
 
     def save_many(self, namespace: str, entries: list[MemoryEntry]) -> None:
         """Saves several entries of one namespace: all of them, or none if one is unstorable."""
         namespace = check_namespace(namespace)
         checked = [_at_version(check_storable(check_entry(e)), 0) for e in entries]
         self._check_open()
-        for entry in checked:
-            self._table.save(
-                namespace, entry.entry_id, entry.key, timestamp(entry.expires_at), entry
-            )
+        with self._write_lock:
+            for entry in checked:
+                self._write(namespace, entry)
 
     def save_if(self, namespace: str, entry: MemoryEntry, expected_version: int | None) -> bool:
         """Saves ``entry`` if its key's unexpired holder is at ``expected_version`` (``None``:
@@ -92,13 +142,11 @@ class InMemoryStore(LocalStore):
         key = entry.key
         assert key is not None  # check_keyed_entry refused None
         self._check_open()
-        with self._cas_lock:
+        with self._write_lock:
             holder: MemoryEntry | None = self._table.load_by_key(namespace, key, now())
             if (None if holder is None else holder.version) != expected_version:
                 return False
-            self._table.save(
-                namespace, stored.entry_id, stored.key, timestamp(stored.expires_at), stored
-            )
+            self._write(namespace, stored)
             return True
 
     def load_range(self, namespace: str, start: str, stop: str) -> list[MemoryEntry]:
@@ -135,13 +183,21 @@ class InMemoryStore(LocalStore):
         """Removes one entry; whether it existed."""
         namespace, entry_id = check_namespace(namespace), check_entry_id(entry_id)
         self._check_open()
-        return self._table.delete(namespace, entry_id)
+        with self._write_lock:
+            removed = self._table.delete(namespace, entry_id)
+            if removed:
+                self._index.remove(entry_id)
+            return removed
 
     def clear(self, namespace: str) -> int:
         """Removes every entry of the namespace; how many."""
         namespace = check_namespace(namespace)
         self._check_open()
-        return self._table.clear(namespace)
+        with self._write_lock:
+            removed = self._table.clear(namespace)
+            if removed:
+                self._index.clear(namespace)
+            return removed
 
     def namespaces(self) -> list[str]:
         """Namespaces holding at least one entry, in creation order."""
@@ -151,7 +207,54 @@ class InMemoryStore(LocalStore):
     def cleanup_expired(self) -> int:
         """Removes expired entries; how many."""
         self._check_open()
-        return self._table.cleanup_expired(now())
+        with self._write_lock:
+            at = now()
+            removed = self._table.cleanup_expired(at)
+            # The index holds a subset of the table's entries with the same expiry times.
+            if removed:
+                self._index.cleanup_expired(at)
+            return removed
+
+    def search(
+        self,
+        namespaces: Sequence[str],
+        query: str,
+        *,
+        limit: int = 10,
+        min_importance: float = 0.0,
+    ) -> list[SearchHit]:
+        """The entries of ``namespaces`` most relevant to ``query``, best first, by BM25.
+
+        Reads only the index postings of the query's terms, never every entry (see
+        :meth:`~memlane.stores.protocol.SearchableStore.search` for what is found and how it
+        ranks). Corpus statistics cover every indexed entry of the store, so a score does not
+        depend on which namespaces are searched; equal scores and importances go to the entry
+        that became searchable first.
+
+        Args:
+            namespaces: The namespaces to search.
+            query: Words to look for; any text, never syntax.
+            limit: The most hits to return (>= 1).
+            min_importance: The least importance a hit may have, 0.0–1.0.
+
+        Returns:
+            The hits, each an entry and its score (> 0).
+
+        Raises:
+            TypeError, ValueError: A bad argument, named (see
+                :func:`~memlane.stores.protocol.check_search`).
+            StoreClosedError: The store was closed.
+        """
+        names, terms, limit, min_importance = check_search(
+            namespaces, query, limit, min_importance
+        )
+        self._check_open()
+        if not names or not terms:
+            return []
+        found = self._index.search(names, terms, limit, min_importance, now())
+        return [SearchHit(entry, score) for entry, score in found]
+
+    async_search = awaitable(SearchableStore.search)
 
 
 def _at_version(entry: MemoryEntry, version: int) -> MemoryEntry:

@@ -12,6 +12,7 @@ use pyo3::prelude::*;
 
 mod budget;
 mod memory_table;
+mod search_index;
 mod sqlite_table;
 mod tokens;
 
@@ -29,6 +30,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<tokens::Encoder>()?;
     m.add_class::<budget::BudgetLedger>()?;
     m.add_class::<memory_table::MemoryTable>()?;
+    m.add_class::<search_index::SearchIndex>()?;
     m.add_class::<sqlite_table::SqliteTable>()?;
     Ok(())
 }

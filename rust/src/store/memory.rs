@@ -21,7 +21,7 @@ use std::hash::Hash;
 
 /// Whether an entry expiring at `expires_at` (Unix seconds) is still live at `now`.
 /// NaN compares false, so a NaN expiry is always expired, as in the twin.
-fn live(expires_at: Option<f64>, now: f64) -> bool {
+pub(crate) fn live(expires_at: Option<f64>, now: f64) -> bool {
     expires_at.is_none_or(|at| at > now)
 }
 

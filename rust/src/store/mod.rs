@@ -1,4 +1,6 @@
-//! The embedded memory stores: an in-process table with a key index, and an SQLite file.
+//! The embedded memory stores: an in-process table with a key index and its search index,
+//! and an SQLite file.
 
 pub mod memory;
+pub mod search;
 pub mod sqlite;
