@@ -12,7 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, ToolCallPart
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    TextPart,
+    ToolCallPart,
+)
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from memlane import LongTermMemory, MemoryManager, SQLiteStore
@@ -132,6 +138,69 @@ class TestTurnsLeavingTheWindow:
             memory.flush()
         assert [t.turn_id for t in memory.get_turns("c")] == list(range(8))
         assert any("fact extraction" in r.getMessage() for r in caplog.records)
+
+
+class TestTheEndOfAnEpisode:
+    """extract_facts hands the turns the extractor has not seen, kept ones included, once."""
+
+    def test_kept_turns_go_once(self, reader: Reader) -> None:
+        memory = memory_with(reader, max_tokens=10_000)
+        add(memory, 3)
+        memory.extract_facts("c")
+        memory.flush()
+        assert seen_once(reader) == [0, 1, 2]
+        assert memory.long_term.get_fact("user_colour").value == "teal"
+        add(memory, 2, first=3)
+        memory.extract_facts("c")
+        memory.flush()
+        assert seen_once(reader) == [0, 1, 2, 3, 4]  # only the new ones went the second time
+        memory.extract_facts("c")  # nothing new: no job
+        memory.flush()
+        assert seen_once(reader) == [0, 1, 2, 3, 4]
+
+    async def test_async(self, reader: Reader) -> None:
+        memory = memory_with(reader, max_tokens=10_000)
+        await memory.async_add_turn("c", "turn 0: my pet is cat", "noted")
+        await memory.async_extract_facts("c")
+        await memory.async_flush()
+        assert (await memory.long_term.async_get_fact("user_pet")).value == "cat"
+
+    def test_needs_an_extractor_and_a_known_conversation(self, reader: Reader) -> None:
+        with pytest.raises(ValueError, match="fact_extractor"):
+            ConversationMemory().extract_facts("c")
+        with pytest.raises(KeyError, match="nope"):
+            memory_with(reader).extract_facts("nope")
+
+    def test_a_memory_agent_recording_episodes_extracts_at_their_end(self, reader: Reader) -> None:
+        from memlane.agents import MemoryAgent
+
+        manager = MemoryManager(
+            max_conversation_tokens=10_000,
+            fact_extractor=create_fact_extractor(FunctionModel(reader)),
+            fact_scope="user",
+            fact_scope_id="ada",
+        )
+
+        def answer(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+            return ModelResponse(parts=[TextPart("noted")])
+
+        agent = MemoryAgent(
+            FunctionModel(answer),
+            memory=manager,
+            long_term=True,
+            user_id="ada",
+            record_episodes=True,
+        )
+        agent.run_sync("[turn 0] my city is Adelaide", conversation_id="c")
+        manager.flush()
+        assert manager.long_term is not None
+        city = manager.long_term.get_fact("user_city", user_id="ada")
+        assert city is not None
+        assert city.value == "Adelaide"
+        silent = MemoryAgent(FunctionModel(answer), memory=manager, long_term=True, user_id="ada")
+        silent.run_sync("[turn 1] my dog is Rex", conversation_id="d")
+        manager.flush()
+        assert manager.long_term.get_fact("user_dog", user_id="ada") is None
 
 
 class TestManager:

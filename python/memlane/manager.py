@@ -242,6 +242,8 @@ class MemoryManager:
     async_import_conversation = _delegate(
         "_conversation", ConversationMemory.async_import_conversation
     )
+    extract_facts = _delegate("_conversation", ConversationMemory.extract_facts)
+    async_extract_facts = _delegate("_conversation", ConversationMemory.async_extract_facts)
     flush = _delegate("_conversation", ConversationMemory.flush)
     async_flush = _delegate("_conversation", ConversationMemory.async_flush)
 

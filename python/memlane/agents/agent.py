@@ -92,7 +92,9 @@ class MemoryAgent(Generic[OutputT]):
             :meth:`~memlane.longterm.LongTermMemory.identify_user` returned (the tools' scope
             is bound to it, so give the surviving id after a merge), or any id of your own.
         record_episodes: Store each run as an episode of the agent (its name, else
-            ``"agent"``) for ``user_id``.
+            ``"agent"``) for ``user_id``. When ``memory`` has a ``fact_extractor``, the end of
+            each episode also hands the conversation's turns the extractor has not seen to it,
+            in the background (:meth:`~memlane.MemoryManager.extract_facts`).
         **agent_kwargs: Passed to :class:`pydantic_ai.Agent` when building one from a model
             (``instructions=``, ``tools=``, ``output_type=``, ...).
 
@@ -238,6 +240,12 @@ class MemoryAgent(Generic[OutputT]):
     def _metadata(self) -> dict[str, Any] | None:
         return {"agent": self.name} if self.name else None
 
+    @property
+    def _extracts(self) -> bool:
+        # An episode's end is the other moment facts are extracted (the first: turns leaving
+        # the history), when the memory has an extractor.
+        return self.memory.conversation.fact_extractor is not None
+
     def _result(
         self,
         cid: str,
@@ -330,6 +338,8 @@ class MemoryAgent(Generic[OutputT]):
                 raise
         turn = await async_store_run(self.memory, cid, result, metadata=self._metadata())
         episode = None if self._binding is None else await self._binding.async_record(result, cid)
+        if episode is not None and self._extracts:
+            await self.memory.async_extract_facts(cid)
         return self._result(cid, turn, result, episode)
 
     @overload
@@ -389,6 +399,8 @@ class MemoryAgent(Generic[OutputT]):
                 raise
         turn = store_run(self.memory, cid, result, metadata=self._metadata())
         episode = None if self._binding is None else self._binding.record(result, cid)
+        if episode is not None and self._extracts:
+            self.memory.extract_facts(cid)
         return self._result(cid, turn, result, episode)
 
     @overload
@@ -460,6 +472,8 @@ class MemoryAgent(Generic[OutputT]):
                 raise
         if stream.is_complete and self._binding is not None:
             streamed.episode = await self._binding.async_record(stream.result, cid)
+            if streamed.episode is not None and self._extracts:
+                await self.memory.async_extract_facts(cid)
 
 
 def _long_term_of(memory: MemoryManager, long_term: object) -> LongTermMemory | None:

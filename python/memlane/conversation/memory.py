@@ -424,6 +424,29 @@ class ConversationMemory(ConversationLogic):
     import_conversation = sync_method(_import_conversation)
     async_import_conversation = async_method(_import_conversation)
 
+    def _extract_facts(self, conversation_id: str) -> Plan[None]:
+        """Hands every turn the fact extractor has not seen yet, those still in the history
+        included, to a background job that merges what it finds into long-term memory.
+
+        What the end of an episode calls (a :class:`~memlane.agents.MemoryAgent` recording
+        episodes does, after each run), so facts stated in a run's last turns do not wait for
+        those turns to leave the budget. A turn goes to the extractor once per process, by this
+        or by leaving the history. Returns at once; :meth:`flush` waits for the job.
+
+        Raises:
+            ValueError: The memory has no ``fact_extractor``.
+            ConversationNotFoundError: An unknown ``conversation_id``.
+        """
+        cid = check_cid(conversation_id)
+        if self.fact_extractor is None:
+            raise ValueError("extract_facts needs a fact_extractor (see create_fact_extractor)")
+        yield from self._locked(cid)
+        state = yield from self._existing_plan(cid)
+        yield from self._extract_plan(cid, state, state.next_turn_id)
+
+    extract_facts = sync_method(_extract_facts)
+    async_extract_facts = async_method(_extract_facts)
+
     # ------------------------------------------------------------------ background summaries
 
     def flush(self) -> None:
