@@ -21,6 +21,7 @@ checked):
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any, ClassVar
 
@@ -55,8 +56,13 @@ _PREFIX = ("longterm", "facts")
 _HIERARCHY = (FactScope.SESSION, FactScope.USER, FactScope.AGENT, FactScope.GLOBAL)
 
 
+@functools.lru_cache(maxsize=4096)
 def fact_namespace(scope: FactScope, scope_id: str | None) -> str:
-    """The namespace holding the facts of one scope id (``global``: no id)."""
+    """The namespace holding the facts of one scope id (``global``: no id).
+
+    Cached: every read and write of a fact builds it, and escaping the parts costs more than
+    the store's lookup of the key.
+    """
     if scope is FactScope.GLOBAL:
         return namespace(*_PREFIX, scope.value)
     assert scope_id is not None
