@@ -1,0 +1,280 @@
+"""Chain-of-density summaries (Adams et al., 2023): a first summary, then loops that each add
+the salient facts it misses without making it longer, so it gets denser, not longer.
+
+The loop is written once, as steps that say which prompt to send next
+(:func:`_density_steps`); :func:`chain_of_density_summary` runs them with blocking model
+calls and :func:`async_chain_of_density_summary` awaits them.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Generator, Iterable
+
+from pydantic import BaseModel, Field
+from pydantic_ai import Agent
+from pydantic_ai.models import Model
+
+from memlane.strategies.interactions import Interaction, part_content, part_role
+from memlane.summarization import fit_tokens
+from memlane.tokens import TokenEstimator
+
+__all__ = [
+    "COD_INSTRUCTIONS",
+    "DensityStep",
+    "async_chain_of_density_summary",
+    "chain_of_density_summary",
+    "format_interactions",
+]
+
+logger = logging.getLogger("memlane")
+
+COD_INSTRUCTIONS = """\
+You keep the running summary of a conversation between a user and an AI assistant.
+The summary must keep every fact, name, number, preference, decision and open question the
+user may come back to, and drop greetings and filler. Write plain prose or short bullets.
+Each summary you write replaces the previous one entirely."""
+"""What the summarising agent is told on every call (the strategy's instructions follow)."""
+
+
+class DensityStep(BaseModel):
+    """One loop's answer.
+
+    Attributes:
+        missing_entities: The salient facts from the conversation that the summary lacked and
+            this loop added; empty when none were missing.
+        summary: The summary after this loop.
+    """
+
+    missing_entities: list[str] = Field(default_factory=list)
+    summary: str
+
+
+_CLIP_CHARS = 2000  # of one part: a long tool result says little more past this
+
+
+def _clip(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= _CLIP_CHARS else text[: _CLIP_CHARS - 1].rstrip() + "…"
+
+
+def format_interactions(interactions: Iterable[Interaction]) -> str:
+    """Interactions as the text a summary is written from, one line per part.
+
+    Each interaction opens with ``[interaction <index>]``; prompts, answers, tool calls and
+    tool results follow, each clipped to 2000 characters.
+
+    Args:
+        interactions: The interactions, oldest first.
+
+    Returns:
+        The text.
+    """
+    lines: list[str] = []
+    for interaction in interactions:
+        lines.append(f"[interaction {interaction.index}]")
+        for message in interaction.messages:
+            for part in message.parts:
+                role, content = part_role(part), _clip(part_content(part))
+                kind = getattr(part, "part_kind", "")
+                name = getattr(part, "tool_name", None)
+                if role == "tool" and kind.endswith("call"):
+                    lines.append(f"Tool call: {name}({content})")
+                elif role == "tool":
+                    lines.append(f"Tool result ({name}): {content}")
+                elif kind == "thinking" or not content:
+                    continue
+                else:
+                    lines.append(f"{role.capitalize()}: {content}")
+    return "\n".join(lines)
+
+
+def _source(interactions_text: str, previous_summary: str | None) -> str:
+    blocks = []
+    if previous_summary:
+        blocks.append(f"<previous_summary>\n{previous_summary}\n</previous_summary>")
+    blocks.append(f"<conversation>\n{interactions_text}\n</conversation>")
+    return "\n\n".join(blocks)
+
+
+def _first_prompt(source: str, max_summary_tokens: int | None) -> str:
+    length = (
+        f"Use at most {max_summary_tokens} tokens."
+        if max_summary_tokens is not None
+        else "Keep it short: a few sentences."
+    )
+    return (
+        f"{source}\n\nWrite a first summary of the previous summary (if any) and the "
+        f"conversation above. {length} Put the facts you included in missing_entities."
+    )
+
+
+def _denser_prompt(source: str, summary: str, tokens: int) -> str:
+    return (
+        f"{source}\n\n<current_summary>\n{summary}\n</current_summary>\n\n"
+        "Find 1-3 salient facts from the previous summary or the conversation that the "
+        "current summary lacks and list them in missing_entities. Rewrite the summary to "
+        "include them while keeping everything it already says: fuse, compress and remove "
+        f"uninformative phrases to make room. It must not grow: at most {tokens} tokens. "
+        "If nothing salient is missing, return an empty missing_entities and the current "
+        "summary unchanged."
+    )
+
+
+def _density_steps(
+    interactions_text: str,
+    previous_summary: str | None,
+    max_loops: int,
+    max_summary_tokens: int | None,
+    estimator: TokenEstimator,
+) -> Generator[str, DensityStep | None, str]:
+    """Yields each prompt and receives the model's answer (``None``: the call failed).
+
+    Returns the summary: the last one that was not longer than the one before it. Stops
+    early when a loop finds nothing missing, fails, or answers longer or empty.
+    """
+    if max_loops < 1:
+        raise ValueError(f"max_loops must be >= 1, got {max_loops!r}")
+    source = _source(interactions_text, previous_summary)
+    step = yield _first_prompt(source, max_summary_tokens)
+    if step is None or not step.summary.strip():
+        raise ValueError("the summary model returned no summary")
+    summary = step.summary.strip()
+    if max_summary_tokens is not None:
+        summary = fit_tokens(summary, max_summary_tokens, estimator)
+    tokens = estimator.estimate(summary)
+    for _ in range(max_loops - 1):
+        step = yield _denser_prompt(source, summary, tokens)
+        if step is None:
+            break
+        denser = step.summary.strip()
+        denser_tokens = estimator.estimate(denser)
+        if not denser or denser_tokens > tokens:
+            logger.info(
+                "memlane: a chain-of-density loop answered %d tokens for a %d-token summary; "
+                "keeping the previous one",
+                denser_tokens,
+                tokens,
+            )
+            break
+        summary, tokens = denser, denser_tokens
+        if not step.missing_entities:
+            break
+    return summary
+
+
+def _agent(model: Model | str, instructions: str | None) -> Agent[None, DensityStep]:
+    # A fresh agent per summary: nothing of the conversation's agent (tools, instructions,
+    # history) leaks into it.
+    text = COD_INSTRUCTIONS if not instructions else f"{COD_INSTRUCTIONS}\n\n{instructions}"
+    return Agent(model, output_type=DensityStep, instructions=text, name="memlane-chain-of-density")
+
+
+def _failed(loop: int, exc: Exception) -> None:
+    if loop == 1:
+        raise exc
+    logger.warning(
+        "memlane: chain-of-density loop %d failed (%s: %s); keeping the summary so far",
+        loop,
+        type(exc).__name__,
+        exc,
+    )
+
+
+def chain_of_density_summary(
+    model: Model | str,
+    interactions_text: str,
+    previous_summary: str | None = None,
+    *,
+    max_loops: int = 5,
+    instructions: str | None = None,
+    max_summary_tokens: int | None = None,
+    estimator: TokenEstimator | None = None,
+) -> str:
+    """A chain-of-density summary of ``interactions_text`` (and the previous summary).
+
+    The first call writes a summary; each further call, up to ``max_loops`` calls in all,
+    adds the salient facts it misses without making it longer. The chain stops early when a
+    loop finds nothing missing, answers longer than the summary it was given, or fails (the
+    summary so far is kept). Blocks; in async code use
+    :func:`async_chain_of_density_summary`.
+
+    Args:
+        model: The pydantic-ai model or model string.
+        interactions_text: The interactions to summarise, as text.
+        previous_summary: The summary they extend, folded into the new one.
+        max_loops: The most model calls (``cod_max_loops``), at least 1.
+        instructions: Extra guidance (the strategy's ``instructions``).
+        max_summary_tokens: The longest the first summary may be (cut to it if longer);
+            ``None``: no limit beyond the model's own.
+        estimator: Counts summary tokens (default: an exact :class:`~memlane.TokenEstimator`).
+
+    Returns:
+        The summary.
+
+    Raises:
+        ValueError: ``max_loops`` < 1, or the first call returned no summary.
+        Exception: Whatever the first model call raised.
+    """
+    agent = _agent(model, instructions)
+    steps = _density_steps(
+        interactions_text,
+        previous_summary,
+        max_loops,
+        max_summary_tokens,
+        estimator if estimator is not None else TokenEstimator(),
+    )
+    prompt = next(steps)
+    loop = 1
+    try:
+        while True:
+            output: DensityStep | None
+            try:
+                output = agent.run_sync(prompt).output
+            except Exception as exc:  # noqa: BLE001  # a later loop's failure keeps the summary so far
+                _failed(loop, exc)
+                output = None
+            prompt = steps.send(output)
+            loop += 1
+    except StopIteration as done:
+        summary: str = done.value
+        return summary
+
+
+async def async_chain_of_density_summary(
+    model: Model | str,
+    interactions_text: str,
+    previous_summary: str | None = None,
+    *,
+    max_loops: int = 5,
+    instructions: str | None = None,
+    max_summary_tokens: int | None = None,
+    estimator: TokenEstimator | None = None,
+) -> str:
+    """Async :func:`chain_of_density_summary`: each model call is awaited on the running loop.
+
+    Args and return as for :func:`chain_of_density_summary`.
+    """
+    agent = _agent(model, instructions)
+    steps = _density_steps(
+        interactions_text,
+        previous_summary,
+        max_loops,
+        max_summary_tokens,
+        estimator if estimator is not None else TokenEstimator(),
+    )
+    prompt = next(steps)
+    loop = 1
+    try:
+        while True:
+            output: DensityStep | None
+            try:
+                output = (await agent.run(prompt)).output
+            except Exception as exc:  # noqa: BLE001  # a later loop's failure keeps the summary so far
+                _failed(loop, exc)
+                output = None
+            prompt = steps.send(output)
+            loop += 1
+    except StopIteration as done:
+        summary: str = done.value
+        return summary
