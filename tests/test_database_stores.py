@@ -1021,6 +1021,8 @@ class TestPostgreSQLSchema:
             "expires_at": "timestamp with time zone",
             "importance": "double precision",
             "version": "bigint",
+            "search_words": "text",
+            "search_vector": "tsvector",
         }
         assert key_collation == "C"  # code-point order, as load_range promises
         assert "(entry_id)" in indexes["memory_entries_pkey"]

@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import urllib.parse
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from datetime import datetime
 from types import ModuleType
 from typing import Any, Generic, TypeVar
@@ -29,6 +29,7 @@ from memlane._validate import check_seconds, check_str
 from memlane.errors import InvalidValueError, StoreConnectionError
 from memlane.stores._base import ContextManaged, blocking
 from memlane.stores.protocol import (
+    SearchHit,
     check_entry,
     check_entry_id,
     check_expected_version,
@@ -36,11 +37,20 @@ from memlane.stores.protocol import (
     check_key_range,
     check_keyed_entry,
     check_namespace,
+    check_search,
 )
 from memlane.types import MemoryEntry, utc_now
 
 T = TypeVar("T")
 R = TypeVar("R")
+
+
+class IndexFallbackWarning(UserWarning):
+    """A database server lacks an index feature the store would use; a lesser one serves.
+
+    MongoDB-compatible servers without partial or text indexes, PostgreSQL without pg_trgm:
+    the store still keeps every rule, and the message says what is slower or matches less.
+    """
 
 
 def require(module: str, extra: str) -> ModuleType:
@@ -361,6 +371,18 @@ class NetworkStore(ContextManaged, Generic[R]):
     async def _do_namespaces(self, resource: R) -> list[str]:
         raise NotImplementedError
 
+    async def _do_search(
+        self,
+        resource: R,
+        namespaces: list[str],
+        terms: list[str],
+        limit: int,
+        minimum: float,
+        now: datetime,
+    ) -> list[SearchHit]:
+        """Searches checked, non-empty ``namespaces`` for distinct, non-empty ``terms``."""
+        raise NotImplementedError
+
     def _prepare(self, namespace: str, entries: list[MemoryEntry]) -> Any:
         """Validates entries before any I/O; what ``_do_save_many`` receives."""
         return entries
@@ -477,6 +499,29 @@ class NetworkStore(ContextManaged, Generic[R]):
         """Namespaces holding at least one entry, in order of their oldest entry."""
         return await self._call(self._do_namespaces)
 
+    async def async_search(
+        self,
+        namespaces: Sequence[str],
+        query: str,
+        *,
+        limit: int = 10,
+        min_importance: float = 0.0,
+    ) -> list[SearchHit]:
+        """The entries of ``namespaces`` most relevant to ``query``, best first, from the
+        server's index (see :meth:`memlane.stores.SearchableStore.search` and the class docs).
+
+        Raises:
+            TypeError, ValueError: A bad argument, named (before any I/O).
+            StoreConnectionError: The server is unreachable (after one retry).
+        """
+        names, terms, limit, minimum = check_search(namespaces, query, limit, min_importance)
+        # A namespace this backend cannot hold was never stored.
+        names = [n for n in names if self._name_problem(n) is None]
+        if not names or not terms:
+            return []
+        now = utc_now()
+        return await self._call(lambda r: self._do_search(r, names, terms, limit, minimum, now))
+
     # ---- sync twins, on the private loop
 
     save = blocking(async_save)
@@ -489,4 +534,5 @@ class NetworkStore(ContextManaged, Generic[R]):
     clear = blocking(async_clear)
     cleanup_expired = blocking(async_cleanup_expired)
     namespaces = blocking(async_namespaces)
+    search = blocking(async_search)
     initialize = blocking(async_initialize)

@@ -22,15 +22,18 @@ from typing import Any
 
 from memlane._validate import check_positive_int, check_str
 from memlane.errors import InvalidValueError
-from memlane.stores._network import NetworkStore, require, utf8_problem
-from memlane.stores.protocol import entry_to_row, next_version, row_to_entry
+from memlane.stores import _mongo_search
+from memlane.stores._network import IndexFallbackWarning, NetworkStore, require, utf8_problem
+from memlane.stores.protocol import (
+    SearchHit,
+    entry_to_row,
+    next_version,
+    rank_entries,
+    row_to_entry,
+)
 from memlane.types import MemoryEntry
 
 __all__ = ["IndexFallbackWarning", "MongoDBStore", "check_mongo_name"]
-
-
-class IndexFallbackWarning(UserWarning):
-    """A MongoDB-compatible server rejected an index option; the plain index is used instead."""
 
 
 class _SeqClock:
@@ -209,6 +212,8 @@ class MongoDBStore(NetworkStore[_Mongo]):
         self.pool_size = check_positive_int(pool_size, "pool_size")
         self._client = client
         self._client_loop: asyncio.AbstractEventLoop | None = None
+        # Whether the server gave the search field a text index (known once migrated).
+        self._text_search = False
 
     async def _open(self, loop: asyncio.AbstractEventLoop) -> _Mongo:
         if self._client is not None and loop is not self._runner.loop:
@@ -266,13 +271,49 @@ class MongoDBStore(NetworkStore[_Mongo]):
                 fallbacks.append(
                     f"{name} ({exc.details.get('errmsg', exc) if exc.details else exc})"
                 )
+        search = await self._ensure_search_index(pymongo, coll)
+        if search is not None:
+            fallbacks.append(search)
         if fallbacks:
             warnings.warn(
-                f"MongoDB server at {self.address} rejected partial indexes; using plain "
+                f"MongoDB server at {self.address} rejected index options; using plain "
                 f"indexes instead: {'; '.join(fallbacks)}",
                 IndexFallbackWarning,
                 stacklevel=2,
             )
+
+    async def _ensure_search_index(self, pymongo: Any, coll: Any) -> str | None:
+        """Back-fills ``search_terms`` once, then indexes it: a text index, or (on a server
+        without text indexes) a plain one that marks the back-fill done. Says why the text
+        index was refused, or ``None``."""
+        info = await coll.index_information()
+        if _mongo_search.INDEX not in info:
+            await _mongo_search.backfill(coll, pymongo.UpdateOne)
+        refused = None
+        if not self._is_text_index(info.get(_mongo_search.INDEX)):
+            try:
+                await self._ensure_index(
+                    coll,
+                    [(_mongo_search.FIELD, pymongo.TEXT)],
+                    _mongo_search.INDEX,
+                    default_language="none",
+                )
+            except self._errors.OperationFailure as exc:
+                if self._is_connection_error(exc):
+                    raise
+                await self._ensure_index(coll, [(_mongo_search.FIELD, 1)], _mongo_search.INDEX)
+                why = exc.details.get("errmsg", exc) if exc.details else exc
+                refused = (
+                    f"{_mongo_search.INDEX} (no text index: {why}; search matches each "
+                    "term by a regular expression)"
+                )
+            info = await coll.index_information()
+        self._text_search = self._is_text_index(info.get(_mongo_search.INDEX))
+        return refused
+
+    @staticmethod
+    def _is_text_index(info: dict[str, Any] | None) -> bool:
+        return info is not None and any(kind == "text" for _, kind in info.get("key", []))
 
     async def _ensure_index(
         self, coll: Any, keys: list[tuple[str, int]], name: str, **options: Any
@@ -336,6 +377,7 @@ class MongoDBStore(NetworkStore[_Mongo]):
             "expires_at": expires_at,
             "importance": importance,
             "version": version,
+            _mongo_search.FIELD: _mongo_search.entry_terms(entry),
         }
         doc["_id"] = _doc_id(namespace, key, entry_id)
         return doc
@@ -622,3 +664,27 @@ class MongoDBStore(NetworkStore[_Mongo]):
         # A server without the $min accumulator: scan the namespace column in order.
         cursor = mongo.collection.find({}, {"_id": 0, "namespace": 1}).sort(_ORDER)
         return list(dict.fromkeys(d["namespace"] for d in await _to_list(cursor)))
+
+    async def _do_search(
+        self,
+        mongo: _Mongo,
+        namespaces: list[str],
+        terms: list[str],
+        limit: int,
+        minimum: float,
+        now: datetime,
+    ) -> list[SearchHit]:
+        if self._text_search:
+            words = _mongo_search.text_filter(terms)
+        else:
+            words = _mongo_search.pattern_filter(terms)
+        query = {
+            "$and": [
+                words,
+                {"namespace": {"$in": namespaces}, "importance": {"$gte": minimum}},
+                _live(now.timestamp()),
+            ]
+        }
+        cursor = mongo.collection.find(query, _PROJECTION).sort(_ORDER)
+        entries = [self._entry(d) for d in await _to_list(cursor)]
+        return rank_entries(entries, terms, limit, minimum)

@@ -10,18 +10,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import json
 import re
 import urllib.parse
+import warnings
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
 from memlane._validate import check_positive_int, check_str, type_name
 from memlane.errors import InvalidValueError
-from memlane.stores._network import NetworkStore, require, utf8_problem
-from memlane.stores.protocol import entry_to_row, find_in_json, row_to_entry
+from memlane.stores import _pg_search
+from memlane.stores._network import IndexFallbackWarning, NetworkStore, require, utf8_problem
+from memlane.stores.protocol import SearchHit, entry_to_row, find_in_json, row_to_entry
 from memlane.types import MemoryEntry, as_utc, utc_now
 
 __all__ = ["PostgreSQLStore", "check_schema_name"]
@@ -299,10 +302,14 @@ BEGIN
 END
 $body$;
 """
-        # Bump when the DDL above changes: a table marked with this version needs nothing.
-        self.version = "memlane schema 3"
-        self.migrate += f"COMMENT ON TABLE {t} IS '{self.version}';\n"
-        self.current_version = f"SELECT obj_description(to_regclass('{t}'), 'pg_class')"
+        # Bump when the DDL changes (here or in _pg_search): a table marked with this version
+        # needs nothing. 4: the search columns and indexes.
+        self.version = "memlane schema 4"
+        self.mark = f"COMMENT ON TABLE {t} IS '{self.version}'"
+        self.state = _pg_search.state_query(s, t)
+        self.search_ddl = functools.partial(_pg_search.search_ddl, s, t)
+        self.trigram_index = functools.partial(_pg_search.trigram_index_ddl, t)
+        self.search = functools.partial(_pg_search.search_statement, s, t, columns)
         self.save_one = f"SELECT {s}.save_entry($1, $2, $3, $4, $5, $6, $7, $8, $9)"
         self.save_many = (
             f"SELECT {s}.save_entries($1, $2::text[], $3::text[], $4::text[], $5::jsonb[], "
@@ -418,6 +425,8 @@ class PostgreSQLStore(NetworkStore[Any]):
         self._sql = _PgSql(schema_name)
         self._dsn, connect_timeout = _split_connect_timeout(self._url)
         self.connect_timeout = self.timeout if connect_timeout is None else connect_timeout
+        # Until migration finds pg_trgm: the statement that searches by words alone.
+        self._search: str = self._sql.search(None)
 
     async def _open(self, loop: asyncio.AbstractEventLoop) -> Any:
         asyncpg = self._asyncpg
@@ -435,15 +444,51 @@ class PostgreSQLStore(NetworkStore[Any]):
             raise self._unreachable(exc, "connect to") from exc
 
     async def _migrate(self, pool: Any) -> None:
+        state = await pool.fetchrow(self._sql.state)
+        trigram, problem = state["trigram"], "the trigram index is missing"
         # Up to date already (the usual case): skip the DDL, whose index statements would
         # briefly lock out writers of the table.
-        if await pool.fetchval(self._sql.current_version) == self._sql.version:
-            return
-        async with pool.acquire() as con, con.transaction():
-            # Concurrent CREATE ... IF NOT EXISTS can still collide in the catalogs, and
-            # concurrent CREATE OR REPLACE FUNCTION fails outright: serialise migrations.
-            await con.execute("SELECT pg_advisory_xact_lock($1)", self._sql.lock_id)
-            await con.execute(self._sql.migrate)
+        if state["version"] != self._sql.version or not state["trigram_index"]:
+            async with pool.acquire() as con, con.transaction():
+                # Concurrent CREATE ... IF NOT EXISTS can still collide in the catalogs, and
+                # concurrent CREATE OR REPLACE FUNCTION fails outright: serialise migrations.
+                await con.execute("SELECT pg_advisory_xact_lock($1)", self._sql.lock_id)
+                if state["version"] != self._sql.version:
+                    await con.execute(self._sql.migrate)
+                    await con.execute(self._sql.search_ddl(state["icu"]))
+                    await con.execute(self._sql.mark)
+                trigram, problem = await self._ensure_trigram(con)
+        if trigram is None:
+            warnings.warn(
+                f"PostgreSQL server at {self.address} gives no trigram index ({problem}); "
+                "search finds whole words only, not misspelt or partial ones. Once pg_trgm "
+                "can be created (CREATE EXTENSION pg_trgm, by a user allowed to), the next "
+                "store to start creates the index.",
+                IndexFallbackWarning,
+                stacklevel=2,
+            )
+        self._search = self._sql.search(trigram)
+
+    async def _ensure_trigram(self, con: Any) -> tuple[str | None, str]:
+        """pg_trgm's schema once the extension and the table's trigram index exist, else
+        ``None`` and why not. Runs inside the migration's transaction."""
+        asyncpg = self._asyncpg
+        trigram = await con.fetchval(_pg_search.TRIGRAM_SCHEMA)
+        try:
+            # Savepoints: a refusal leaves the migration's transaction usable.
+            if trigram is None:
+                await con.execute("SELECT pg_advisory_xact_lock($1)", _pg_search.TRIGRAM_LOCK_ID)
+                async with con.transaction():
+                    await con.execute(_pg_search.create_trigram)
+                trigram = await con.fetchval(_pg_search.TRIGRAM_SCHEMA)
+            if trigram is not None:
+                async with con.transaction():
+                    await con.execute(self._sql.trigram_index(trigram))
+        except asyncpg.PostgresError as exc:
+            if self._is_connection_error(exc):
+                raise
+            return None, f"{type(exc).__name__}: {exc}"
+        return trigram, ""
 
     async def _close_resource(self, pool: Any) -> None:
         try:
@@ -566,3 +611,27 @@ class PostgreSQLStore(NetworkStore[Any]):
 
     async def _do_namespaces(self, pool: Any) -> list[str]:
         return [r[0] for r in await pool.fetch(self._sql.namespaces)]
+
+    async def _do_search(
+        self,
+        pool: Any,
+        namespaces: list[str],
+        terms: list[str],
+        limit: int,
+        minimum: float,
+        now: datetime,
+    ) -> list[SearchHit]:
+        records = await pool.fetch(self._search, namespaces, now, terms, minimum, limit)
+        hits = []
+        # A trigram match ranks after every word match, so its score (similarity, at most 1)
+        # is scaled below the last word match's.
+        floor = 1.0
+        for record in records:
+            values = tuple(record)
+            entry, tier, score = self._entry(values[:9]), values[9], values[10]
+            if tier == 0:
+                floor = score
+            else:
+                score = floor * score / 2.0
+            hits.append(SearchHit(entry, score))
+        return hits
