@@ -1,4 +1,5 @@
-"""Delegation: several named agents take turns on one conversation, each with its own facts."""
+"""Delegation: several named agents take turns on one conversation, each with its own facts,
+and, given a shared memory, a record of each delegate's work under its name."""
 
 from __future__ import annotations
 
@@ -9,9 +10,25 @@ from collections.abc import Awaitable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from pydantic_ai.agent import AbstractAgent
+from pydantic_ai.messages import (
+    BaseToolCallPart,
+    BaseToolReturnPart,
+    ModelMessage,
+    RetryPromptPart,
+)
+from pydantic_core import to_jsonable_python
 
+from memlane._validate import type_name
 from memlane.agents.agent import MemoryAgent, MemoryRunResult
 from memlane.manager import MemoryManager
+from memlane.shared.memory import BaseMemory
+from memlane.shared.message_builder import (
+    create_action,
+    create_error,
+    create_final,
+    create_observation,
+    create_task_entry,
+)
 
 __all__ = ["DelegationRouter", "DelegationStrategy", "RoundRobinStrategy"]
 
@@ -70,10 +87,17 @@ class DelegationRouter:
             distinct name (a MemoryAgent's own memory is replaced by the fork).
         strategy: Chooses the delegate for each prompt.
         memory: The shared memory.
+        shared: A :mod:`memlane.shared` memory (e.g. a
+            :class:`~memlane.shared.SharedMemory`) that records, under each delegate's name,
+            the task it was handed, the tool calls it made and what they returned, its
+            error if it failed and its final output; a manager's
+            :class:`~memlane.shared.HierarchicalMessageStoreMemory` on the same location
+            then sees its workers' work. ``None`` records nothing.
 
     Raises:
         ValueError: No agents, an agent without a name, or two with the same name.
-        TypeError: ``strategy`` has no ``select`` method.
+        TypeError: ``strategy`` has no ``select`` method, or ``shared`` is not a
+            :class:`~memlane.shared.BaseMemory`.
     """
 
     def __init__(
@@ -82,7 +106,11 @@ class DelegationRouter:
         strategy: DelegationStrategy,
         *,
         memory: MemoryManager,
+        shared: BaseMemory | None = None,
     ) -> None:
+        if shared is not None and not isinstance(shared, BaseMemory):
+            raise TypeError(f"shared must be a memlane.shared memory, not {type_name(shared)}")
+        self.shared = shared
         if not agents:
             raise ValueError("DelegationRouter needs at least one agent")
         if not callable(getattr(strategy, "select", None)):
@@ -134,4 +162,57 @@ class DelegationRouter:
                 f"strategy {type(self.strategy).__name__} chose {choice!r}, "
                 "not one of the delegates"
             )
-        return await choice.run(user_prompt, conversation_id=conversation_id, **kwargs)
+        shared = self.shared
+        if shared is None:
+            return await choice.run(user_prompt, conversation_id=conversation_id, **kwargs)
+        name = choice.name
+        assert name is not None  # every delegate was checked to have one
+        await shared.add(create_task_entry(_prompt_text(user_prompt), agent_key=name))
+        try:
+            result = await choice.run(user_prompt, conversation_id=conversation_id, **kwargs)
+        except Exception as exc:
+            await shared.add(create_error(f"{type(exc).__name__}: {exc}", agent_key=name))
+            raise
+        for message in _trace(result.new_messages(), name):
+            await shared.add(message)
+        await shared.add(create_final(_jsonable(result.output), agent_key=name))
+        return result
+
+
+def _prompt_text(prompt: str | Sequence[Any] | None) -> str:
+    """The text of a prompt as a task records it (non-text parts named by their URL or type)."""
+    if prompt is None:
+        return ""
+    if isinstance(prompt, str):
+        return prompt
+    texts = []
+    for part in prompt:
+        if isinstance(part, str):
+            texts.append(part)
+        else:
+            texts.append(str(getattr(part, "url", None) or f"<{type(part).__name__}>"))
+    return "\n".join(texts)
+
+
+def _jsonable(value: Any) -> Any:
+    """``value`` as plain JSON (a structured output as its fields), else its ``str``."""
+    try:
+        return to_jsonable_python(value)
+    except ValueError:
+        return str(value)
+
+
+def _trace(messages: Sequence[ModelMessage], name: str) -> list[dict[str, Any]]:
+    """A run's tool calls as ``action`` s and what they returned as ``observation`` s."""
+    trace: list[dict[str, Any]] = []
+    for message in messages:
+        for part in message.parts:
+            if isinstance(part, BaseToolCallPart):
+                trace.append(
+                    create_action(part.tool_name, _jsonable(part.args_as_dict()), agent_key=name)
+                )
+            elif isinstance(part, BaseToolReturnPart):
+                trace.append(create_observation(part.model_response_str(), agent_key=name))
+            elif isinstance(part, RetryPromptPart) and part.tool_name is not None:
+                trace.append(create_observation(part.model_response(), agent_key=name))
+    return trace

@@ -1,0 +1,432 @@
+"""The memories agents hold: :class:`BaseMemory` and its shared, namespaced implementations.
+
+Every memory here reads and writes one location of a message store: what one agent ``add`` s,
+another agent's view of the same location shows, if its role is shown it. They differ in the
+store (this process's :class:`SharedStateStore`, any :class:`BaseMessageStore`, a memlane
+store) and in the view ``get_history()`` gives without a filter:
+
+* :class:`InMemoryMemory`, :class:`SharedInMemoryMemory`, :class:`SharedMemory`: the
+  location's whole feed (every agent's messages, the conversation, the broadcasts).
+* :class:`MessageStoreMemory`: the worker view (conversation, own traces, broadcasts).
+* :class:`HierarchicalMessageStoreMemory`: the manager view (own traces, every
+  subordinate's, broadcasts).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from typing import Any
+
+from memlane._validate import check_identifier, check_positive_int, type_name
+from memlane.shared.convert import message_tokens
+from memlane.shared.filters import (
+    Feed,
+    HistoryFilter,
+    OwnTracesFilter,
+    Role,
+    TeamFilter,
+    ViewSpec,
+    WholeFeedFilter,
+)
+from memlane.shared.message_builder import check_message
+from memlane.shared.message_store import (
+    BaseMessageStore,
+    InMemoryMessageStore,
+    check_agent_keys,
+    check_limit,
+    newest,
+)
+from memlane.shared.order import Ordered, budget_start
+from memlane.shared.persistent import StoreMessageStore
+from memlane.shared.state import SharedStateStore
+from memlane.stores.protocol import MemoryStore
+from memlane.tokens import TokenEstimator
+
+__all__ = [
+    "BaseMemory",
+    "HierarchicalMessageStoreMemory",
+    "InMemoryMemory",
+    "MessageStoreMemory",
+    "SharedInMemoryMemory",
+    "SharedMemory",
+]
+
+Message = dict[str, Any]
+_FIRST_READ = 64  # messages per feed a budgeted view reads first; it reads 4x more if short
+_estimator: TokenEstimator | None = None
+
+
+def _default_estimator() -> TokenEstimator:
+    global _estimator  # one exact estimator per process, made on first use
+    if _estimator is None:
+        _estimator = TokenEstimator()
+    return _estimator
+
+
+class BaseMemory(ABC):
+    """What an agent's memory does: take messages, give the agent's history."""
+
+    @abstractmethod
+    async def add(self, message: Message) -> None:
+        """Records ``message``."""
+
+    @abstractmethod
+    async def get_history(
+        self,
+        filter: HistoryFilter | None = None,  # noqa: A002  # the name users port code with
+        *,
+        max_tokens: int | None = None,
+        limit: int | None = None,
+    ) -> list[Message]:
+        """The messages the agent is shown, oldest first."""
+
+
+class _ViewMemory(BaseMemory):
+    """A memory over one location of a message store, with role views and budgets."""
+
+    _default_filter: HistoryFilter = WholeFeedFilter()
+
+    def __init__(
+        self,
+        message_store: BaseMessageStore,
+        location: str,
+        agent_key: str | None,
+        *,
+        subordinates: Sequence[str] = (),
+        filter: HistoryFilter | None = None,  # noqa: A002  # the name users port code with
+        token_estimator: TokenEstimator | None = None,
+    ) -> None:
+        if not isinstance(message_store, BaseMessageStore):
+            raise TypeError(
+                f"message_store must be a BaseMessageStore, not {type_name(message_store)}"
+            )
+        self.message_store = message_store
+        self.location = check_identifier(location, "location")
+        self.agent_key = None if agent_key is None else check_identifier(agent_key, "agent_key")
+        self.subordinates = tuple(check_agent_keys(subordinates))
+        self.filter = _check_filter(filter)
+        if token_estimator is not None and not isinstance(token_estimator, TokenEstimator):
+            raise TypeError(
+                f"token_estimator must be a TokenEstimator, not {type_name(token_estimator)}"
+            )
+        self.token_estimator = token_estimator or _default_estimator()
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(location={self.location!r}, agent_key={self.agent_key!r})"
+        )
+
+    async def add(self, message: Message) -> None:
+        """Records ``message`` in the feed it belongs to: the conversation for a
+        ``user_message`` or ``assistant_message``, the broadcasts if ``is_global``, else the
+        trace of its ``agent_key`` (this memory's agent when it names none). A message without
+        a timestamp gets the current time.
+
+        Raises:
+            TypeError: ``message`` is not a ``dict``.
+            ValueError: It lacks ``type``, cannot be stored as JSON, or has a bad
+                ``agent_key``, ``is_global`` or ``timestamp``; nothing is written.
+        """
+        stored = check_message(message, agent_key=self.agent_key)
+        await self.message_store.async_append(self.location, stored)
+
+    async def add_global(self, message: Message) -> None:
+        """Broadcasts ``message`` to every agent of the location (sets ``is_global``).
+
+        Raises:
+            TypeError, ValueError: As :meth:`add`; nothing is written.
+        """
+        stored = check_message(message, agent_key=self.agent_key)
+        stored["is_global"] = True
+        await self.message_store.async_append(self.location, stored)
+
+    async def _read(self, feed: Feed, spec: ViewSpec, want: int | None) -> list[Message]:
+        store, location = self.message_store, self.location
+        if feed == "conversation":
+            found = await store.async_get_conversation_messages(location, want)
+        elif feed == "global":
+            found = await store.async_get_global_messages(location, want)
+        elif spec.agents is None:
+            every = getattr(store, "async_get_all_agent_messages", None)
+            if every is None:
+                raise TypeError(
+                    f"{type(store).__name__} cannot list every agent's trace; "
+                    "give the view the agents it shows"
+                )
+            found = await every(location, want)
+        elif len(spec.agents) == 1:
+            found = await store.async_get_agent_messages(location, spec.agents[0], want)
+        else:
+            found = await store.async_get_team_messages(location, list(spec.agents), want)
+        if not isinstance(found, list) or not all(isinstance(m, dict) for m in found):
+            raise TypeError(f"{type(store).__name__} must return a list of dict messages")
+        return newest(found, want)  # a custom store may give more than asked
+
+    async def get_history(
+        self,
+        filter: HistoryFilter | None = None,  # noqa: A002  # the name users port code with
+        *,
+        max_tokens: int | None = None,
+        limit: int | None = None,
+    ) -> list[Message]:
+        """The messages this agent is shown, oldest first.
+
+        Without a filter (given here or set as :attr:`filter`) the memory's own view; a filter
+        decides the feeds and messages instead. ``limit`` keeps the newest ``limit``;
+        ``max_tokens`` keeps the newest messages whose text fits ``max_tokens`` exact tokens
+        of :attr:`token_estimator` (counted as :func:`~memlane.shared.to_model_messages` sends
+        them), never an ``action`` without its ``observation``. Either reads only as many of
+        each feed's newest messages as the answer needs, not the whole location.
+
+        Args:
+            filter: The role view to build (:class:`WorkerHistoryFilter`, ...).
+            max_tokens: The token budget of the view (> 0), or ``None``.
+            limit: How many messages at most (> 0), or ``None``.
+
+        Raises:
+            TypeError: ``filter`` is not a :class:`HistoryFilter`; ``max_tokens`` or
+                ``limit`` not an ``int``.
+            ValueError: ``max_tokens`` or ``limit`` is not above 0.
+        """
+        chosen = _check_filter(filter) or self.filter or self._default_filter
+        limit = check_limit(limit)
+        if max_tokens is not None:
+            max_tokens = check_positive_int(max_tokens, "max_tokens")
+        role = Role(self.agent_key, self.subordinates)
+        spec = chosen.spec(role)
+        feeds: list[Feed] = []
+        if spec.conversation:
+            feeds.append("conversation")
+        if spec.agents is None or spec.agents:
+            feeds.append("agents")
+        if spec.global_:
+            feeds.append("global")
+        want = limit if max_tokens is None else max(limit or 0, _FIRST_READ)
+        tokens: dict[int, int] = {}
+
+        def count(message: Message) -> int:
+            found = tokens.get(id(message))
+            if found is None:
+                found = tokens[id(message)] = message_tokens(message, self.token_estimator)
+            return found
+
+        while True:
+            reads = await asyncio.gather(*(self._read(feed, spec, want) for feed in feeds))
+            kept: list[list[Message]] = []
+            more: list[int] = []  # feeds that may hold older messages the view could show
+            for rank, (feed, read) in enumerate(zip(feeds, reads, strict=True)):
+                shown, closed = chosen.select(feed, read, role)
+                kept.append(shown)
+                if want is not None and len(read) >= want and not closed:
+                    more.append(rank)
+            ordered = Ordered(kept, extra=[reads[rank][0] for rank in more])
+            messages = ordered.messages
+            start = 0
+            stop: int | None = None  # older messages placed before this cannot change the view
+            if limit is not None and len(messages) > limit:
+                start = stop = len(messages) - limit
+            if max_tokens is not None:
+                fits, refused = budget_start(messages[start:], max_tokens, count)
+                if refused is not None:
+                    stop = start + refused
+                start += fits
+            if not more or (
+                stop is not None
+                and all(ordered.place(reads[rank][0], rank, -1) <= stop for rank in more)
+            ):
+                return messages[start:]
+            assert want is not None
+            want *= 4
+
+
+def _check_filter(value: object) -> HistoryFilter | None:
+    if value is None or isinstance(value, HistoryFilter):
+        return value
+    raise TypeError(f"filter must be a HistoryFilter, not {type_name(value)}")
+
+
+class InMemoryMemory(_ViewMemory):
+    """One agent's own history in this process's memory, for development.
+
+    Nothing is shared: each instance has a store of its own. ``get_history()`` lists what was
+    added, in order.
+
+    Args:
+        filter: A default role view, or ``None`` for everything added.
+        token_estimator: Counts tokens for ``max_tokens``; memlane's exact estimator if ``None``.
+    """
+
+    def __init__(
+        self,
+        *,
+        filter: HistoryFilter | None = None,  # noqa: A002  # the name users port code with
+        token_estimator: TokenEstimator | None = None,
+    ) -> None:
+        super().__init__(
+            InMemoryMessageStore(), "default", None, filter=filter, token_estimator=token_estimator
+        )
+
+
+class SharedInMemoryMemory(_ViewMemory):
+    """Agents of one process that name the same namespace share its feeds.
+
+    What ``worker_1`` adds, ``worker_2``'s ``get_history()`` shows: without a filter it is
+    the namespace's whole feed (every agent's messages, the conversation, the broadcasts).
+    Namespaces never see each other.
+
+    Args:
+        namespace: The job the agents share.
+        agent_key: This agent.
+        subordinates: The agents this one manages (what :class:`ManagerHistoryFilter` shows).
+        filter: A default role view, or ``None`` for the whole feed.
+        state: Where the feeds live; the process-wide :meth:`SharedStateStore.default` if
+            ``None``.
+        token_estimator: Counts tokens for ``max_tokens``; memlane's exact estimator if ``None``.
+
+    Raises:
+        TypeError, ValueError: A bad namespace, agent key, subordinate, filter or state.
+    """
+
+    def __init__(
+        self,
+        namespace: str,
+        agent_key: str,
+        *,
+        subordinates: Sequence[str] = (),
+        filter: HistoryFilter | None = None,  # noqa: A002  # the name users port code with
+        state: SharedStateStore | None = None,
+        token_estimator: TokenEstimator | None = None,
+    ) -> None:
+        if state is not None and not isinstance(state, SharedStateStore):
+            raise TypeError(f"state must be a SharedStateStore, not {type_name(state)}")
+        super().__init__(
+            state or SharedStateStore.default(),
+            check_identifier(namespace, "namespace"),
+            check_identifier(agent_key, "agent_key"),
+            subordinates=subordinates,
+            filter=filter,
+            token_estimator=token_estimator,
+        )
+
+    @property
+    def namespace(self) -> str:
+        """The namespace (the store location) of this memory."""
+        return self.location
+
+
+class SharedMemory(SharedInMemoryMemory):
+    """:class:`SharedInMemoryMemory` on a memlane store: the same feeds in SQLite, files,
+    PostgreSQL or MongoDB, shared by every process that opens the store, kept across restarts.
+
+    Args:
+        store: Any memlane store.
+        namespace: The job the agents share.
+        agent_key: This agent.
+        subordinates: The agents this one manages (what :class:`ManagerHistoryFilter` shows).
+        filter: A default role view, or ``None`` for the whole feed.
+        token_estimator: Counts tokens for ``max_tokens``; memlane's exact estimator if ``None``.
+
+    Raises:
+        TypeError, ValueError: A bad store, namespace, agent key, subordinate or filter.
+    """
+
+    def __init__(
+        self,
+        store: MemoryStore | StoreMessageStore,
+        namespace: str,
+        agent_key: str,
+        *,
+        subordinates: Sequence[str] = (),
+        filter: HistoryFilter | None = None,  # noqa: A002  # the name users port code with
+        token_estimator: TokenEstimator | None = None,
+    ) -> None:
+        messages = store if isinstance(store, StoreMessageStore) else StoreMessageStore(store)
+        _ViewMemory.__init__(
+            self,
+            messages,
+            check_identifier(namespace, "namespace"),
+            check_identifier(agent_key, "agent_key"),
+            subordinates=subordinates,
+            filter=filter,
+            token_estimator=token_estimator,
+        )
+        self.store = messages.store
+
+
+class MessageStoreMemory(_ViewMemory):
+    """A worker's memory through a message store.
+
+    ``get_history()`` is the worker view: the conversation, this agent's own messages and the
+    broadcasts, not other agents' traces.
+
+    Args:
+        message_store: Any :class:`BaseMessageStore` (five methods are enough).
+        location: The job or namespace.
+        agent_key: This agent.
+        filter: A default role view, or ``None`` for the worker view.
+        token_estimator: Counts tokens for ``max_tokens``; memlane's exact estimator if ``None``.
+
+    Raises:
+        TypeError, ValueError: A bad message store, location, agent key or filter.
+    """
+
+    _default_filter: HistoryFilter = OwnTracesFilter()
+
+    def __init__(
+        self,
+        message_store: BaseMessageStore,
+        location: str,
+        agent_key: str,
+        *,
+        filter: HistoryFilter | None = None,  # noqa: A002  # the name users port code with
+        token_estimator: TokenEstimator | None = None,
+    ) -> None:
+        super().__init__(
+            message_store,
+            location,
+            check_identifier(agent_key, "agent_key"),
+            filter=filter,
+            token_estimator=token_estimator,
+        )
+
+
+class HierarchicalMessageStoreMemory(_ViewMemory):
+    """A manager's memory through a message store.
+
+    ``get_history()`` is the manager view: its own messages, all its subordinates' messages
+    and the broadcasts.
+
+    Args:
+        message_store: Any :class:`BaseMessageStore` (five methods are enough).
+        location: The job or namespace.
+        agent_key: This manager.
+        subordinates: The agents it manages.
+        filter: A default role view, or ``None`` for the manager view.
+        token_estimator: Counts tokens for ``max_tokens``; memlane's exact estimator if ``None``.
+
+    Raises:
+        TypeError, ValueError: A bad message store, location, agent key, subordinate or filter.
+    """
+
+    _default_filter: HistoryFilter = TeamFilter()
+
+    def __init__(
+        self,
+        message_store: BaseMessageStore,
+        location: str,
+        agent_key: str,
+        subordinates: Sequence[str] | None = None,
+        *,
+        filter: HistoryFilter | None = None,  # noqa: A002  # the name users port code with
+        token_estimator: TokenEstimator | None = None,
+    ) -> None:
+        super().__init__(
+            message_store,
+            location,
+            check_identifier(agent_key, "agent_key"),
+            subordinates=subordinates or (),
+            filter=filter,
+            token_estimator=token_estimator,
+        )
