@@ -23,7 +23,6 @@ from memlane.shared import (
     BaseMessageStore,
     HierarchicalMessageStoreMemory,
     InMemoryMemory,
-    InMemoryMessageStore,
     ManagerHistoryFilter,
     MessageStoreMemory,
     OrchestratorHistoryFilter,
@@ -87,8 +86,9 @@ class TestBuilders:
         ]  # fmt: skip
         for message in built:
             stamp = datetime.fromisoformat(message["timestamp"])
-            assert stamp.utcoffset() is not None
-            assert stamp.utcoffset().total_seconds() == 0  # type: ignore[union-attr]
+            offset = stamp.utcoffset()
+            assert offset is not None
+            assert offset.total_seconds() == 0
             assert "agent_key" not in message
         assert set(constants.MESSAGE_TYPES) >= constants.CONVERSATION_TYPES
 
@@ -142,7 +142,9 @@ class TestSharedStateStore:
         threads = contents(state.get_agent_messages("job", "threads"))
         assert sorted(threads) == sorted(f"t{t}:{i}" for t in range(4) for i in range(50))
         for t in range(4):
-            assert [c for c in threads if c.startswith(f"t{t}:")] == [f"t{t}:{i}" for i in range(50)]
+            assert [c for c in threads if c.startswith(f"t{t}:")] == [
+                f"t{t}:{i}" for i in range(50)
+            ]
 
 
 class TestInMemoryMemories:
@@ -255,7 +257,8 @@ class TestCustomMessageStore:
         assert contents(orchestrator) == ["u", "g"]
         assert contents(await w1.get_history(limit=2)) == ["o1", "g"]
         budgeted = await w1.get_history(max_tokens=25)
-        assert budgeted and budgeted[0]["type"] != "observation"
+        assert budgeted
+        assert budgeted[0]["type"] != "observation"
         assert contents(budgeted) == contents(await w1.get_history())[-len(budgeted) :]
 
     def test_not_a_message_store(self) -> None:
@@ -372,14 +375,14 @@ class TestConfig:
 
     def test_missing_variable_is_named(self, monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv("MEMLANE_NO_SUCH_JOB", raising=False)
-        config = {
-            "type": "SharedInMemoryMemory",
-            "config": {"namespace": "${MEMLANE_NO_SUCH_JOB}", "agent_key": "w"},
-        }
+        options = {"namespace": "${MEMLANE_NO_SUCH_JOB}", "agent_key": "w"}
+        config = {"type": "SharedInMemoryMemory", "config": options}
         with pytest.raises(ValueError, match="MEMLANE_NO_SUCH_JOB"):
             memory_from_config(config)
-        config["config"]["namespace"] = "${MEMLANE_NO_SUCH_JOB:-fallback}"
-        assert memory_from_config(config).location == "fallback"  # type: ignore[attr-defined]
+        options["namespace"] = "${MEMLANE_NO_SUCH_JOB:-fallback}"
+        fallback = memory_from_config(config)
+        assert isinstance(fallback, SharedInMemoryMemory)
+        assert fallback.namespace == "fallback"
 
     async def test_yaml_presets_and_stores(
         self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -422,8 +425,8 @@ class TestConfig:
             },
             store=worker.store,
         )
-        assert isinstance(hierarchical.filter, OrchestratorHistoryFilter)  # type: ignore[attr-defined]
-        worker.store.close()
+        assert isinstance(hierarchical, HierarchicalMessageStoreMemory)
+        assert isinstance(hierarchical.filter, OrchestratorHistoryFilter)
         for memory in (worker, manager):
             memory.store.close()
 

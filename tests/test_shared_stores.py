@@ -126,9 +126,7 @@ class TestIsolationAndBroadcast:
         ]  # fmt: skip
         for agent in ("manager", "worker_1", "worker_2", "newcomer"):
             assert contents(await SharedMemory(made.store, "job", agent).get_history()) == expected
-        assert contents(await SharedMemory(made.store, "other", "x").get_history()) == [
-            "elsewhere"
-        ]
+        assert contents(await SharedMemory(made.store, "other", "x").get_history()) == ["elsewhere"]
 
     async def test_broadcast_reaches_every_agent_of_its_namespace_only(self, made: Made) -> None:
         messages = StoreMessageStore(made.store)
@@ -176,7 +174,10 @@ class TestRoleViews:
         # The tasks the manager handed out are its workers' (their agent_key), so the
         # filtered view keeps of them only the results and the synthesis.
         assert contents(await manager.get_history(filter=ManagerHistoryFilter())) == [
-            "f1", "f2", "s1", "g1"
+            "f1",
+            "f2",
+            "s1",
+            "g1",
         ]
 
     async def test_orchestrator_view(self, made: Made) -> None:
@@ -332,7 +333,9 @@ class TestConcurrency:
             assert len(trace) == 200
             seen = [m["content"] for m in trace]
             steps = [i for i in range(500) if i % 5 == agent]
-            assert sorted(seen) == sorted([f'step({{"i": {i}}})' for i in steps] + [str(i) for i in steps])
+            assert sorted(seen) == sorted(
+                [f'step({{"i": {i}}})' for i in steps] + [str(i) for i in steps]
+            )
             # Each coroutine's action comes before its observation.
             for i in steps:
                 assert seen.index(f'step({{"i": {i}}})') < seen.index(str(i))
@@ -373,7 +376,10 @@ class TestViewsReadOnlyWhatTheyShow:
                 await writer.add(create_user_message(f"u{i}"))
         counting = CountingStore(made.store)
         reader = SharedMemory(
-            StoreMessageStore(counting), "job", "w1", filter=WorkerHistoryFilter()  # type: ignore[arg-type]
+            StoreMessageStore(counting),
+            "job",
+            "w1",
+            filter=WorkerHistoryFilter(),
         )
         view = await reader.get_history(limit=10)
         assert len(view) == 10

@@ -81,7 +81,7 @@ def _expand(value: Any, where: str) -> Any:
 
 def _load_yaml(path: Path) -> Any:
     try:
-        import yaml  # noqa: PLC0415  # optional: only a YAML configuration needs it
+        import yaml  # optional: only a YAML configuration needs it
     except ImportError as exc:  # pragma: no cover - the yaml extra is not installed
         raise ImportError("a YAML configuration needs PyYAML: pip install 'memlane[yaml]'") from exc
     try:
@@ -102,11 +102,11 @@ def _make_store(spec: Any) -> MemoryStore:
     if kind == "file":
         return FileStore(**options)
     if kind == "postgres":
-        from memlane.stores.postgres import PostgreSQLStore  # noqa: PLC0415  # optional driver
+        from memlane.stores.postgres import PostgreSQLStore  # optional driver
 
         return PostgreSQLStore(**options)
     if kind == "mongodb":
-        from memlane.stores.mongodb import MongoDBStore  # noqa: PLC0415  # optional driver
+        from memlane.stores.mongodb import MongoDBStore  # optional driver
 
         return MongoDBStore(**options)
     raise ValueError(

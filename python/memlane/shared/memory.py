@@ -75,7 +75,7 @@ class BaseMemory(ABC):
     @abstractmethod
     async def get_history(
         self,
-        filter: HistoryFilter | None = None,  # noqa: A002  # the name users port code with
+        filter: HistoryFilter | None = None,  # the name users port code with
         *,
         max_tokens: int | None = None,
         limit: int | None = None,
@@ -95,7 +95,7 @@ class _ViewMemory(BaseMemory):
         agent_key: str | None,
         *,
         subordinates: Sequence[str] = (),
-        filter: HistoryFilter | None = None,  # noqa: A002  # the name users port code with
+        filter: HistoryFilter | None = None,  # the name users port code with
         token_estimator: TokenEstimator | None = None,
     ) -> None:
         if not isinstance(message_store, BaseMessageStore):
@@ -114,9 +114,7 @@ class _ViewMemory(BaseMemory):
         self.token_estimator = token_estimator or _default_estimator()
 
     def __repr__(self) -> str:
-        return (
-            f"{type(self).__name__}(location={self.location!r}, agent_key={self.agent_key!r})"
-        )
+        return f"{type(self).__name__}(location={self.location!r}, agent_key={self.agent_key!r})"
 
     async def add(self, message: Message) -> None:
         """Records ``message`` in the feed it belongs to: the conversation for a
@@ -166,7 +164,7 @@ class _ViewMemory(BaseMemory):
 
     async def get_history(
         self,
-        filter: HistoryFilter | None = None,  # noqa: A002  # the name users port code with
+        filter: HistoryFilter | None = None,  # the name users port code with
         *,
         max_tokens: int | None = None,
         limit: int | None = None,
@@ -261,7 +259,7 @@ class InMemoryMemory(_ViewMemory):
     def __init__(
         self,
         *,
-        filter: HistoryFilter | None = None,  # noqa: A002  # the name users port code with
+        filter: HistoryFilter | None = None,  # the name users port code with
         token_estimator: TokenEstimator | None = None,
     ) -> None:
         super().__init__(
@@ -295,7 +293,7 @@ class SharedInMemoryMemory(_ViewMemory):
         agent_key: str,
         *,
         subordinates: Sequence[str] = (),
-        filter: HistoryFilter | None = None,  # noqa: A002  # the name users port code with
+        filter: HistoryFilter | None = None,  # the name users port code with
         state: SharedStateStore | None = None,
         token_estimator: TokenEstimator | None = None,
     ) -> None:
@@ -339,7 +337,7 @@ class SharedMemory(SharedInMemoryMemory):
         agent_key: str,
         *,
         subordinates: Sequence[str] = (),
-        filter: HistoryFilter | None = None,  # noqa: A002  # the name users port code with
+        filter: HistoryFilter | None = None,  # the name users port code with
         token_estimator: TokenEstimator | None = None,
     ) -> None:
         messages = store if isinstance(store, StoreMessageStore) else StoreMessageStore(store)
@@ -380,7 +378,7 @@ class MessageStoreMemory(_ViewMemory):
         location: str,
         agent_key: str,
         *,
-        filter: HistoryFilter | None = None,  # noqa: A002  # the name users port code with
+        filter: HistoryFilter | None = None,  # the name users port code with
         token_estimator: TokenEstimator | None = None,
     ) -> None:
         super().__init__(
@@ -419,7 +417,7 @@ class HierarchicalMessageStoreMemory(_ViewMemory):
         agent_key: str,
         subordinates: Sequence[str] | None = None,
         *,
-        filter: HistoryFilter | None = None,  # noqa: A002  # the name users port code with
+        filter: HistoryFilter | None = None,  # the name users port code with
         token_estimator: TokenEstimator | None = None,
     ) -> None:
         super().__init__(

@@ -181,12 +181,10 @@ class StoreMessageStore(BaseMessageStore):
         ns, limit = feed_namespace(check_identifier(location, "location")), check_limit(limit)
         return (yield from self._read(ns, "g:", limit))
 
-    def _team(
-        self, ns: str, keys: Sequence[str | None], limit: int | None
-    ) -> Plan[list[Message]]:
+    def _team(self, ns: str, keys: Sequence[str | None], limit: int | None) -> Plan[list[Message]]:
         feeds = []
-        for agent in keys:
-            feeds.append((yield from self._read(ns, _stream("agent", agent), limit)))
+        for agent in keys:  # a comprehension cannot delegate to a plan with yield from
+            feeds.append((yield from self._read(ns, _stream("agent", agent), limit)))  # noqa: PERF401
         merged = merge_feeds(feeds)
         return merged if limit is None else merged[-limit:]
 
