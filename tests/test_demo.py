@@ -70,22 +70,17 @@ class TestOfflineDemo:
         assert "SQLite .memlane/memory.sqlite3" in out
         assert (tmp_path / ".memlane" / "memory.sqlite3").is_file()
 
-    def test_an_unavailable_model_falls_back_and_says_so(
-        self, capsys: pytest.CaptureFixture[str], tmp_path: Path
+    @pytest.mark.parametrize("model", ["openai:gpt-4o-mini", "nope:nothing"])
+    def test_an_explicit_model_that_cannot_be_used_is_an_error(
+        self, capsys: pytest.CaptureFixture[str], tmp_path: Path, model: str
     ) -> None:
-        code, out = _demo(
-            capsys,
-            "--db",
-            str(tmp_path / "m.sqlite3"),
-            "--model",
-            "openai:gpt-4o-mini",
-            "--turns",
-            "1",
-        )
-        assert code == 0
-        assert (
-            "offline scripted model (FunctionModel): openai:gpt-4o-mini is unavailable here" in out
-        )
+        code = main(["demo", "--db", str(tmp_path / "m.sqlite3"), "--model", model])
+        out, err = capsys.readouterr()
+        assert code == 1
+        assert out == ""
+        assert f"the model {model!r} cannot be used here" in err
+        assert "memlane[llm]" in err
+        assert not (tmp_path / "m.sqlite3").exists()
 
     def test_a_model_string_that_resolves_is_used(
         self, capsys: pytest.CaptureFixture[str], tmp_path: Path
@@ -99,9 +94,21 @@ class TestOfflineDemo:
         assert "[turn  2]" in out
 
     def test_bad_arguments(self, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-        assert main(["demo", "--turns", "0"]) == 2
-        assert main(["demo", "--db", str(tmp_path / "m.sqlite3"), "--resume", "nope"]) == 2
+        with pytest.raises(SystemExit) as usage:
+            main(["demo", "--turns", "0"])
+        assert usage.value.code == 2
+        assert "must be positive" in capsys.readouterr().err
+        assert run_demo(db=str(tmp_path / "m.sqlite3"), turns=0) == 2
+        assert main(["demo", "--db", str(tmp_path / "m.sqlite3"), "--resume", "nope"]) == 1
         assert "no conversation 'nope'" in capsys.readouterr().err
+
+    def test_a_directory_as_the_database_is_an_error(
+        self, capsys: pytest.CaptureFixture[str], tmp_path: Path
+    ) -> None:
+        assert main(["demo", "--db", str(tmp_path)]) == 1
+        err = capsys.readouterr().err
+        assert err.startswith("memlane: error: --db ")
+        assert "is a directory" in err
 
 
 class TestResumeAfterARestart:

@@ -34,6 +34,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from memlane import BACKEND, MemoryManager, SQLiteStore, TokenEstimator
 from memlane.agents import MemoryAgent
+from memlane.errors import StoreError
 from memlane.messages import SUMMARY_PREFIX
 from memlane.summarization import create_llm_summarizer
 from memlane.types import MemoryEntry
@@ -45,8 +46,17 @@ __all__ = [
     "DEMO_SCRIPT",
     "DEMO_SUMMARIZE_ABOVE",
     "DEMO_SUMMARY_TOKENS",
+    "DemoError",
     "run_demo",
 ]
+
+
+class DemoError(Exception):
+    """The demo cannot run as asked; the message says what to change.
+
+    Raised for a model that cannot be used, an unusable ``--db`` or an unknown ``--resume`` id.
+    """
+
 
 DEFAULT_DEMO_DB = ".memlane/memory.sqlite3"
 """Where the demo keeps its memory unless told otherwise."""
@@ -237,12 +247,14 @@ def _choose_models(name: str | None) -> tuple[Model, Model, str]:
     try:
         model = infer_model(name)
     except (UserError, ImportError) as exc:
+        # An explicit model that cannot be used is an error: quietly running the scripted
+        # model instead would pass a misconfigured provider off as a working one.
         reason = str(exc).splitlines()[0]
-        return (
-            offline,
-            summary,
-            f"offline scripted model (FunctionModel): {name} is unavailable here ({reason})",
-        )
+        raise DemoError(
+            f"the model {name!r} cannot be used here ({reason}); install the model providers "
+            "with pip install 'memlane[llm]' and set the provider's API key, or leave out "
+            "--model to run the offline scripted model"
+        ) from None
     return model, model, f"{name} (summaries by the same model)"
 
 
@@ -353,8 +365,7 @@ async def _session(
             cid = resume
             stored = memory.conversation.get_turns(cid)
             if not stored:
-                print(f"error: no conversation {cid!r} in {db}", file=sys.stderr)
-                return 2
+                raise DemoError(f"no conversation {cid!r} in {db}")
             start = stored[-1].turn_id + 1
             digest = _history_digest(memory, cid)
             saved = memory.store.load_by_key(_DIGEST_NAMESPACE, cid)
@@ -425,14 +436,17 @@ def run_demo(
 
     Args:
         db: The SQLite file the memory lives in (its directory is created).
-        model: A pydantic-ai model string; ``None``, or a model that cannot be used here, runs
-            the offline scripted models.
+        model: A pydantic-ai model string; ``None`` runs the offline scripted models.
         resume: The id of a stored conversation to continue.
         turns: How many turns to run.
 
     Returns:
         The exit status: 0 when the reopened database gives the identical history, 1 when a
         model failed or it differs, 2 for bad arguments.
+
+    Raises:
+        DemoError: ``model`` cannot be used here (the message names ``memlane[llm]``), ``db``
+            is a directory or cannot be opened, or ``resume`` names no stored conversation.
     """
     if turns <= 0:
         print("error: --turns must be positive", file=sys.stderr)
@@ -440,14 +454,22 @@ def run_demo(
     # The demo owns its terminal: pydantic-ai's first-run banner would land between its lines.
     pydantic_ai.BANNER_ENABLED = False
     chat_model, summary_model, model_note = _choose_models(model)
-    Path(db).absolute().parent.mkdir(parents=True, exist_ok=True)
+    if Path(db).is_dir():
+        raise DemoError(f"--db {db}: is a directory; give a SQLite file path")
+    try:
+        Path(db).absolute().parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise DemoError(f"--db {db}: cannot create its directory ({exc.strerror})") from None
     print(f"memlane demo: a pydantic-ai agent with memory (backend: {BACKEND})")
     print(f"  model:   {model_note}")
     print(
         f"  memory:  SQLite {db}; history budget {DEMO_BUDGET} tokens, summaries above "
         f"{DEMO_SUMMARIZE_ABOVE} (at most {DEMO_SUMMARY_TOKENS} tokens)"
     )
-    outcome = asyncio.run(_session(db, chat_model, summary_model, resume, turns))
+    try:
+        outcome = asyncio.run(_session(db, chat_model, summary_model, resume, turns))
+    except StoreError as exc:
+        raise DemoError(f"--db {db} cannot be used: {str(exc).splitlines()[0]}") from None
     if isinstance(outcome, int):
         return outcome
     cid, digest = outcome

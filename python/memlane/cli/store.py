@@ -1,0 +1,112 @@
+"""Which store a command works on: ``--store URL``, or the ``MEMLANE_*`` variables.
+
+URLs: ``sqlite:///relative.db`` and ``sqlite:////absolute.db`` (SQLAlchemy's spelling),
+``file:///absolute/dir`` or ``file://relative/dir``, ``memory://``, ``postgresql://…`` (also
+``postgres://…``) and ``mongodb://…``. Every other ``MEMLANE_*`` setting (budgets, pool sizes,
+schema) still applies.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from memlane.cli.output import CliError
+from memlane.config import MemlaneSettings
+from memlane.manager import MemoryManager
+
+__all__ = ["STORE_HELP", "describe_store", "open_manager", "settings_for"]
+
+STORE_HELP = (
+    "sqlite:///file.db, file:///dir, postgresql://..., mongodb://... or memory:// "
+    "(default: the MEMLANE_* variables)"
+)
+
+
+def settings_for(url: str | None) -> MemlaneSettings:
+    """The settings of ``url`` over the environment's (the environment's alone for ``None``).
+
+    Raises:
+        CliError: An unknown URL scheme or an invalid configuration.
+    """
+    overrides: dict[str, Any] = {}
+    if url is not None:
+        scheme, sep, rest = url.partition("://")
+        scheme = scheme.lower()
+        if not sep:
+            raise CliError(f"--store {url!r} is not a URL: {STORE_HELP}")
+        if scheme == "sqlite":
+            overrides = {"backend": "sqlite", "sqlite_path": rest.removeprefix("/")}
+        elif scheme == "file":
+            overrides = {"backend": "file", "file_dir": rest}
+        elif scheme == "memory":
+            overrides = {"backend": "in_memory"}
+        elif scheme in ("postgresql", "postgres"):
+            overrides = {"backend": "postgres", "postgres_url": url}
+        elif scheme in ("mongodb", "mongodb+srv"):
+            overrides = {"backend": "mongodb", "mongodb_url": url}
+        else:
+            raise CliError(f"--store: unknown kind of store {scheme!r}: {STORE_HELP}")
+        if scheme in ("sqlite", "file") and not rest.removeprefix("/"):
+            raise CliError(f"--store {url!r} names no path")
+    try:
+        return MemlaneSettings.from_env(**overrides)
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+
+
+def describe_store(settings: MemlaneSettings) -> str:
+    """A short, password-free description of the store for messages."""
+    if settings.backend == "sqlite":
+        return f"SQLite {settings.sqlite_path}"
+    if settings.backend == "file":
+        return f"file store {settings.file_dir}"
+    if settings.backend == "postgres":
+        return "PostgreSQL"
+    if settings.backend == "mongodb":
+        return "MongoDB"
+    return "in-memory store"
+
+
+@contextmanager
+def open_manager(args: argparse.Namespace, *, create: bool = False) -> Iterator[MemoryManager]:
+    """The manager on the store the command line names, connected, with long-term memory.
+
+    Closed (with its store) when the block ends.
+
+    Args:
+        args: The parsed command line (its ``store``).
+        create: Create a missing SQLite file or store directory (``import``, ``serve``);
+            otherwise a missing one is an error, so a typo never inspects a new empty store.
+
+    Raises:
+        CliError: The store is missing, unusable or unreachable.
+    """
+    settings = settings_for(getattr(args, "store", None))
+    where = describe_store(settings)
+    path = {"sqlite": settings.sqlite_path, "file": settings.file_dir}.get(settings.backend)
+    if path is not None:
+        target = Path(path)
+        if settings.backend == "sqlite" and target.is_dir():
+            raise CliError(f"{where}: is a directory, not a database file")
+        if settings.backend == "file" and target.exists() and not target.is_dir():
+            raise CliError(f"{where}: is a file, not a directory")
+        if not target.exists():
+            if not create:
+                raise CliError(
+                    f"{where}: no such {'file' if settings.backend == 'sqlite' else 'directory'}"
+                )
+            target.absolute().parent.mkdir(parents=True, exist_ok=True)
+    try:
+        manager = MemoryManager.from_config(settings, long_term=True)
+    except ImportError as exc:
+        raise CliError(f"{where}: {str(exc).splitlines()[0]}") from None
+    except (OSError, ValueError) as exc:
+        raise CliError(f"{where} cannot be used: {str(exc).splitlines()[0]}") from None
+    try:
+        yield manager
+    finally:
+        manager.close()
