@@ -19,6 +19,9 @@ echo "== installing memlane (builds the Rust extension) and the test and lint de
 echo "== installing the database servers the tests start"
 bash scripts/install_servers.sh
 
+echo "== installing Chromium for the /memories page test"
+bash scripts/install_browser.sh
+
 echo "== linters"
 MEMLANE_VENV="$VENV" bash scripts/lint.sh
 
