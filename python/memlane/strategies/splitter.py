@@ -72,6 +72,8 @@ def split_text(
         >>> split_text("One.\\n\\nTwo.", TextSplitterConfig(chunk_size=2, chunk_overlap=0))
         ['One.\\n\\n', 'Two.']
     """
+    if not text:
+        return []
     counter = count if count is not None else TokenEstimator().estimate
     size, overlap = config.chunk_size, config.chunk_overlap
     chunks: list[str] = []
