@@ -280,7 +280,7 @@ def apply_short_term(
         >>> at = datetime(2026, 1, 1, tzinfo=UTC)
         >>> history = default_messages("hi", "hello!", at) + default_messages("2+2?", "4", at)
         >>> sent = apply_short_term(
-        ...     MemoryMaxTokensStrategy(memory_max_tokens=4), group_interactions(history)
+        ...     MemoryMaxTokensStrategy(memory_max_tokens=6), group_interactions(history)
         ... )
         >>> [m.parts[0].content for m in sent]
         ['2+2?', '4']
