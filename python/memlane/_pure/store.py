@@ -17,15 +17,17 @@ Shared semantics (the Rust tables follow them exactly):
 The SQLite table also keeps each row's version (the last element of a :data:`Row`):
 ``save_if`` writes a row only if the unexpired holder of its key is at the expected version
 (or there is none), in the same transaction that reads it, and ``load_range`` reads keys in
-code-point order from the (namespace, key) index.
+code-point order from the (namespace, key) index. Its ``search`` ranks rows by their
+``metadata.search_text`` from an FTS5 index that triggers keep in step with every write.
 """
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -186,6 +188,62 @@ CREATE INDEX IF NOT EXISTS memory_entries_expires_at
 ADD_VERSION = "ALTER TABLE memory_entries ADD COLUMN version INTEGER NOT NULL DEFAULT 0"
 """Brings a file made before versions existed to :data:`SCHEMA`: its rows become version 0."""
 
+SEARCH_SCHEMA = """
+CREATE VIRTUAL TABLE memory_search USING fts5(
+    text, tokenize = "unicode61 remove_diacritics 0 categories 'L* N*'"
+);
+CREATE TRIGGER memory_search_insert AFTER INSERT ON memory_entries
+WHEN json_type(iif(json_valid(new.metadata), new.metadata, NULL), '$.search_text') = 'text'
+BEGIN
+    INSERT INTO memory_search (rowid, text)
+    VALUES (new.seq, json_extract(new.metadata, '$.search_text'));
+END;
+CREATE TRIGGER memory_search_delete AFTER DELETE ON memory_entries
+BEGIN
+    DELETE FROM memory_search WHERE rowid = old.seq;
+END;
+CREATE TRIGGER memory_search_update AFTER UPDATE OF metadata ON memory_entries
+WHEN old.metadata IS NOT new.metadata
+BEGIN
+    DELETE FROM memory_search WHERE rowid = old.seq;
+    INSERT INTO memory_search (rowid, text)
+    SELECT new.seq, json_extract(new.metadata, '$.search_text')
+    WHERE json_type(iif(json_valid(new.metadata), new.metadata, NULL), '$.search_text') = 'text';
+END;
+INSERT INTO memory_search (rowid, text)
+SELECT seq, json_extract(metadata, '$.search_text') FROM memory_entries
+WHERE json_type(iif(json_valid(metadata), metadata, NULL), '$.search_text') = 'text';
+"""
+"""The search index, its triggers and its back-fill, run once per file in the transaction
+that finds the index missing (a file made before it existed gets it, filled, on open).
+
+``memory_search`` holds, under each entry's ``seq`` as rowid, the entry's
+``metadata.search_text`` when that is a JSON string. Triggers keep it in step inside every
+writing statement's own transaction, so every writer (both tables, and memlane versions from
+before the index) keeps it right. Its tokens are runs of Unicode letters and numbers,
+case-folded, diacritics kept, as :func:`memlane.stores.protocol.search_terms` splits text;
+where the two can still differ: ``str.casefold`` folds fully ("ß" is "ss", "ς" is "σ") while
+unicode61 only lowercases, and each follows its own Unicode version. A query term the index
+splits into several tokens is searched as their phrase; one it splits into none matches
+nothing. ``json_valid`` guards every JSON call, so a row whose metadata is not JSON is simply
+not searchable rather than making writes to it, or opening the file, fail."""
+
+SEARCH = """
+SELECT e.entry_id, e.scope, e.key, e.content, e.metadata, e.created_at, e.expires_at,
+    e.importance, e.version, -bm25(memory_search) AS score
+FROM memory_search CROSS JOIN memory_entries AS e ON e.seq = memory_search.rowid
+WHERE memory_search MATCH ? AND e.namespace IN (SELECT value FROM json_each(?))
+    AND (e.expires_at IS NULL OR e.expires_at > ?) AND e.importance >= ?
+ORDER BY score DESC, e.importance DESC, e.seq
+LIMIT ?
+"""
+"""Ranked search: FTS5 query, namespaces as a JSON array, now, minimum importance, limit.
+
+``CROSS JOIN`` makes the FTS index the outer loop (each hit looks its entry up by rowid), so
+the planner cannot walk every entry of the namespaces instead. ``bm25()`` is negative, lower
+is better; its corpus is the whole index (every namespace, expired entries until removed), so
+scores order one call's hits and mean nothing across calls."""
+
 PRAGMAS = ("PRAGMA journal_mode=WAL", "PRAGMA synchronous=NORMAL", "PRAGMA busy_timeout=30000")
 """WAL with synchronous=NORMAL: durable across process crashes, one fsync per checkpoint."""
 
@@ -221,22 +279,58 @@ def _has_version(conn: sqlite3.Connection) -> bool:
     return any(col[1] == "version" for col in conn.execute("PRAGMA table_info(memory_entries)"))
 
 
-def _migrate(conn: sqlite3.Connection) -> None:
-    """Adds the version column to a file made before it existed.
+def _has_search(conn: sqlite3.Connection) -> bool:
+    found = conn.execute("SELECT count(*) FROM sqlite_master WHERE name = 'memory_search'")
+    count: int = found.fetchone()[0]
+    return count > 0
+
+
+def _statements(script: str) -> Iterator[str]:
+    """The statements of ``script``, one by one.
+
+    ``executescript`` would commit the transaction a migration runs in; ``complete_statement``
+    knows that the semicolons inside a trigger's body do not end it.
+    """
+    statement = ""
+    for line in script.splitlines(keepends=True):
+        statement += line
+        if sqlite3.complete_statement(statement):
+            yield statement
+            statement = ""
+    if statement.strip():  # the last statement needs no semicolon
+        yield statement
+
+
+def _migrate(
+    conn: sqlite3.Connection, done: Callable[[sqlite3.Connection], bool], upgrade: str
+) -> None:
+    """Runs ``upgrade`` unless ``done`` says the file already has it.
 
     Checked again inside a write transaction: processes opening one old file at once all see
-    the column missing, and only the first may add it.
+    the upgrade missing, and only the first may apply it; the others wait for its commit and
+    then find it done.
     """
-    if _has_version(conn):
+    if done(conn):
         return
     _begin(conn)
     try:
-        if not _has_version(conn):
-            conn.execute(ADD_VERSION)
+        if not done(conn):
+            for statement in _statements(upgrade):
+                conn.execute(statement)
     except BaseException:
         conn.execute("ROLLBACK")
         raise
     conn.execute("COMMIT")
+
+
+def match_query(terms: list[str]) -> str:
+    """The FTS5 query matching any of ``terms``: each one a string (``"..."``, quotes
+    doubled), so no term can be an FTS5 operator, column filter or prefix, joined by ``OR``.
+
+    A NUL would end the query text for FTS5's parser mid-string; it separates words anyway,
+    so it becomes a space.
+    """
+    return " OR ".join('"' + term.replace('"', '""').replace("\0", " ") + '"' for term in terms)
 
 
 class SqliteTable:
@@ -252,7 +346,8 @@ class SqliteTable:
             _with_lock_retry(lambda: conn.execute(pragma))  # noqa: B023 (called at once)
         with self._lock:
             conn.executescript(SCHEMA)
-            _migrate(conn)
+            _migrate(conn, _has_version, ADD_VERSION)
+            _migrate(conn, _has_search, SEARCH_SCHEMA)
 
     def _open(self) -> sqlite3.Connection:
         """The connection; a ``ValueError`` once closed, as the Rust table raises."""
@@ -355,6 +450,37 @@ class SqliteTable:
                 (namespace, start, stop, now),
             )
             return list(cur.fetchall())
+
+    def search(
+        self,
+        namespaces: list[str],
+        terms: list[str],
+        limit: int,
+        min_importance: float,
+        now: float,
+    ) -> list[tuple[Row, float]]:
+        """The unexpired rows of ``namespaces`` with ``importance >= min_importance`` whose
+        search text holds any of ``terms``, each with its score (> 0, higher is better).
+
+        Best first, then by importance, then in insertion order; at most ``limit``. Served by
+        the FTS index; ``terms`` are only ever data (see :func:`match_query`).
+        """
+        with self._lock:
+            conn = self._open()
+            # An empty MATCH is an FTS5 syntax error, and nothing could be found anyway.
+            if not namespaces or not terms:
+                return []
+            cur = conn.execute(
+                SEARCH,
+                (
+                    match_query(terms),
+                    json.dumps(namespaces, ensure_ascii=False),
+                    now,
+                    min_importance,
+                    limit,
+                ),
+            )
+            return [(row[:9], row[9]) for row in cur.fetchall()]
 
     def delete(self, namespace: str, entry_id: str) -> bool:
         """Removes an entry of this namespace; whether there was one."""

@@ -9,7 +9,7 @@ import os
 import tempfile
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -17,8 +17,9 @@ from typing import Any
 from filelock import FileLock, Timeout
 
 from memlane.errors import CorruptStoreError, StoreError
-from memlane.stores._base import LocalStore, ensure_directory
+from memlane.stores._base import LocalStore, awaitable, ensure_directory
 from memlane.stores.protocol import (
+    SearchHit,
     check_entry,
     check_entry_id,
     check_expected_version,
@@ -26,8 +27,10 @@ from memlane.stores.protocol import (
     check_key_range,
     check_keyed_entry,
     check_namespace,
+    check_search,
     entry_to_row,
     next_version,
+    rank_entries,
 )
 from memlane.types import MemoryEntry
 
@@ -104,6 +107,10 @@ class FileStore(LocalStore):
     acknowledged write is lost to another process's rewrite of the same file. Reads take no
     lock: a file is only ever replaced whole. An entry written before versions existed reads
     as version 0.
+
+    :meth:`search` keeps no index: it reads every entry of the searched namespaces and ranks
+    them (:func:`~memlane.stores.protocol.rank_entries`), so its cost grows with their size.
+    A file store is for data a human reads; a large searched memory belongs in SQLite.
 
     Args:
         base_dir: The directory; it is created if missing.
@@ -285,6 +292,47 @@ class FileStore(LocalStore):
             docs = self._read(namespace)
         entries = [self._from_doc(d, namespace) for d in docs]
         return [e for e in entries if not e.is_expired]
+
+    def search(
+        self,
+        namespaces: Sequence[str],
+        query: str,
+        *,
+        limit: int = 10,
+        min_importance: float = 0.0,
+    ) -> list[SearchHit]:
+        """The entries of ``namespaces`` most relevant to ``query``, best first (see
+        :meth:`~memlane.stores.protocol.SearchableStore.search`).
+
+        There is no index: every entry of ``namespaces`` is read and ranked by
+        :func:`~memlane.stores.protocol.rank_entries` (BM25 over the searched namespaces'
+        unexpired searchable entries), which is the reference the indexed stores are held to.
+        Each namespace file is read as it stands when reached; no lock is taken.
+
+        Args:
+            namespaces: The namespaces to search.
+            query: Text whose terms (:func:`~memlane.stores.protocol.search_terms`) are
+                looked for; it is only ever data.
+            limit: The most hits returned (at least 1).
+            min_importance: Entries below this importance are left out.
+
+        Returns:
+            The hits, best first.
+
+        Raises:
+            TypeError, ValueError: A bad argument, named (see
+                :func:`~memlane.stores.protocol.check_search`).
+            CorruptStoreError: A namespace file cannot be parsed.
+            StoreClosedError: The store was closed.
+        """
+        names, terms, limit, min_importance = check_search(namespaces, query, limit, min_importance)
+        self._check_open()
+        if not terms:
+            return []
+        entries = [entry for name in names for entry in self.load(name)]
+        return rank_entries(entries, terms, limit, min_importance)
+
+    async_search = awaitable(search)
 
     def load_range(self, namespace: str, start: str, stop: str) -> list[MemoryEntry]:
         """Unexpired keyed entries with ``start <= key < stop``, in key order."""

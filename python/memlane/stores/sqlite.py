@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import os
 import sqlite3
+from collections.abc import Sequence
 from pathlib import Path
 
 from memlane import _backend
 from memlane.errors import CorruptStoreError, StoreError, StorePathError
-from memlane.stores._base import LocalStore, ensure_directory
+from memlane.stores._base import LocalStore, awaitable, ensure_directory
 from memlane.stores.protocol import (
+    SearchHit,
     check_entry,
     check_entry_id,
     check_expected_version,
@@ -21,6 +23,7 @@ from memlane.stores.protocol import (
     check_key_range,
     check_keyed_entry,
     check_namespace,
+    check_search,
     entry_to_row,
     next_version,
     now,
@@ -29,6 +32,9 @@ from memlane.stores.protocol import (
 from memlane.types import MemoryEntry
 
 __all__ = ["SQLiteStore"]
+
+# SQLite's LIMIT is a signed 64-bit integer; any larger limit means the same: no limit.
+_MAX_LIMIT = 2**63 - 1
 
 # SQLITE_CORRUPT and SQLITE_NOTADB: the file's bytes are not a readable database.
 _UNREADABLE_CODES = {11, 26}
@@ -81,9 +87,12 @@ class SQLiteStore(LocalStore):
     """An SQLite file (WAL, every operation one transaction, indexed by namespace and key).
 
     Several processes can share the file: :meth:`save_if` reads and writes in one
-    ``BEGIN IMMEDIATE`` transaction, so it is a compare-and-swap across processes too. A file
-    written before versions existed is migrated when opened (its entries at version 0). The
-    ``async_`` methods run in a worker thread.
+    ``BEGIN IMMEDIATE`` transaction, so it is a compare-and-swap across processes too.
+    :meth:`search` ranks entries by their ``metadata["search_text"]`` from an FTS5 index that
+    triggers in the file keep in step with every write. A file written before versions or
+    the index existed is migrated when opened (its entries at version 0, its search texts
+    indexed), once, whichever process gets there first. The ``async_`` methods run in a
+    worker thread.
 
     Args:
         path: The database file; it and its parent directories are created if missing.
@@ -186,6 +195,48 @@ class SQLiteStore(LocalStore):
         with self._errors:
             row = self._table.load_by_key(namespace, key, now())
         return None if row is None else row_to_entry(row, self.path)
+
+    def search(
+        self,
+        namespaces: Sequence[str],
+        query: str,
+        *,
+        limit: int = 10,
+        min_importance: float = 0.0,
+    ) -> list[SearchHit]:
+        """The entries of ``namespaces`` most relevant to ``query``, best first, from the index
+        (see :meth:`~memlane.stores.protocol.SearchableStore.search`).
+
+        Scores are SQLite's BM25 (``bm25()``, sign flipped so that higher is better) over
+        every indexed entry of the file, whichever namespace holds it; ties go to importance,
+        then to the older entry.
+
+        Args:
+            namespaces: The namespaces to search.
+            query: Text whose terms (:func:`~memlane.stores.protocol.search_terms`) are
+                looked for; it is only ever data, never FTS5 or SQL syntax.
+            limit: The most hits returned (at least 1).
+            min_importance: Entries below this importance are left out.
+
+        Returns:
+            The hits, best first.
+
+        Raises:
+            TypeError, ValueError: A bad argument, named (see
+                :func:`~memlane.stores.protocol.check_search`).
+            CorruptStoreError: A found row cannot be decoded; names the file.
+            StoreError: SQLite failed (an ``OSError``).
+            StoreClosedError: The store was closed.
+        """
+        names, terms, limit, min_importance = check_search(namespaces, query, limit, min_importance)
+        self._check_open()
+        if not names or not terms:
+            return []
+        with self._errors:
+            found = self._table.search(names, terms, min(limit, _MAX_LIMIT), min_importance, now())
+        return [SearchHit(row_to_entry(row, self.path), score) for row, score in found]
+
+    async_search = awaitable(search)
 
     def delete(self, namespace: str, entry_id: str) -> bool:
         """Removes one entry; whether it existed."""

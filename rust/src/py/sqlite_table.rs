@@ -199,6 +199,20 @@ impl SqliteTable {
         self.run(py, |table| table.load_by_key(namespace, key, now))
     }
 
+    fn search(
+        &self,
+        py: Python<'_>,
+        namespaces: Vec<String>,
+        terms: Vec<String>,
+        limit: i64,
+        min_importance: f64,
+        now: f64,
+    ) -> PyResult<Vec<(Row, f64)>> {
+        self.run(py, |table| {
+            table.search(&namespaces, &terms, limit, min_importance, now)
+        })
+    }
+
     fn delete(&self, py: Python<'_>, namespace: &str, entry_id: &str) -> PyResult<bool> {
         self.run(py, |table| table.delete(namespace, entry_id))
     }

@@ -11,8 +11,13 @@
 //! * `key` has the default BINARY collation: keys order by UTF-8 bytes, which is code-point
 //!   order, the order of Python's `str`. `load_range` walks the (namespace, key) index.
 //! * A file made before the `version` column existed gains it on open (rows become version 0).
+//! * `memory_search` (FTS5) holds, under each entry's `seq` as rowid, the entry's
+//!   `metadata.search_text` when that is a JSON string, and nothing else. Triggers on
+//!   `memory_entries` keep it so inside the writing statement's own transaction, so every
+//!   writer (both implementations, and versions of memlane that predate the index) keeps it
+//!   right; a file made before the index existed gets it, back-filled, on open.
 
-use std::fmt;
+use std::fmt::{self, Write};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -43,6 +48,66 @@ CREATE INDEX IF NOT EXISTS memory_entries_expires_at
 /// Brings a file made before versions existed to `SCHEMA` (the twin's `ADD_VERSION`).
 pub const ADD_VERSION: &str =
     "ALTER TABLE memory_entries ADD COLUMN version INTEGER NOT NULL DEFAULT 0";
+
+/// The search index, its triggers and its back-fill (the twin's `SEARCH_SCHEMA`), run once per
+/// file, in the transaction that finds the index missing.
+///
+/// Tokens are maximal runs of Unicode letters and numbers (`categories 'L* N*'`: private-use
+/// characters separate, as in `search_terms`), case-folded and with diacritics kept
+/// (`remove_diacritics 0`: "café" and "cafe" are different words, as in `search_terms`).
+/// Where the two can still differ: `str.casefold` folds fully ("ß" is "ss", "ﬁ" is "fi", "ς"
+/// is "σ") while unicode61 only lowercases, and each follows its own Unicode version, so a
+/// letter newer than SQLite's tables separates words in the index. A query term the index
+/// splits into several tokens is searched as a phrase of them; one it splits into none
+/// matches nothing.
+///
+/// `json_valid` guards every JSON call: a row whose metadata is not JSON (written by hand,
+/// or damaged) is simply not searchable, instead of making writes to it, or opening the
+/// file, fail.
+pub const SEARCH_SCHEMA: &str = r#"
+CREATE VIRTUAL TABLE memory_search USING fts5(
+    text, tokenize = "unicode61 remove_diacritics 0 categories 'L* N*'"
+);
+CREATE TRIGGER memory_search_insert AFTER INSERT ON memory_entries
+WHEN json_type(iif(json_valid(new.metadata), new.metadata, NULL), '$.search_text') = 'text'
+BEGIN
+    INSERT INTO memory_search (rowid, text)
+    VALUES (new.seq, json_extract(new.metadata, '$.search_text'));
+END;
+CREATE TRIGGER memory_search_delete AFTER DELETE ON memory_entries
+BEGIN
+    DELETE FROM memory_search WHERE rowid = old.seq;
+END;
+CREATE TRIGGER memory_search_update AFTER UPDATE OF metadata ON memory_entries
+WHEN old.metadata IS NOT new.metadata
+BEGIN
+    DELETE FROM memory_search WHERE rowid = old.seq;
+    INSERT INTO memory_search (rowid, text)
+    SELECT new.seq, json_extract(new.metadata, '$.search_text')
+    WHERE json_type(iif(json_valid(new.metadata), new.metadata, NULL), '$.search_text') = 'text';
+END;
+INSERT INTO memory_search (rowid, text)
+SELECT seq, json_extract(metadata, '$.search_text') FROM memory_entries
+WHERE json_type(iif(json_valid(metadata), metadata, NULL), '$.search_text') = 'text';
+"#;
+
+/// Ranked search (the twin's `SEARCH`). Parameters: the FTS5 query (see `match_query`), the
+/// namespaces as a JSON array, now, the minimum importance, the limit.
+///
+/// `CROSS JOIN` fixes the FTS index as the outer loop, each hit then looking its entry up by
+/// rowid: the planner could otherwise walk every entry of the namespaces and probe the index
+/// per entry. bm25() is negative, lower is better; its corpus is the whole index (every
+/// namespace, expired entries until removed), so scores order one call's hits and nothing
+/// more.
+pub const SEARCH: &str = "
+SELECT e.entry_id, e.scope, e.key, e.content, e.metadata, e.created_at, e.expires_at,
+    e.importance, e.version, -bm25(memory_search) AS score
+FROM memory_search CROSS JOIN memory_entries AS e ON e.seq = memory_search.rowid
+WHERE memory_search MATCH ? AND e.namespace IN (SELECT value FROM json_each(?))
+    AND (e.expires_at IS NULL OR e.expires_at > ?) AND e.importance >= ?
+ORDER BY score DESC, e.importance DESC, e.seq
+LIMIT ?
+";
 
 /// WAL with synchronous=NORMAL: durable across process crashes, one fsync per checkpoint.
 pub const PRAGMAS: [&str; 3] = [
@@ -120,6 +185,42 @@ impl From<rusqlite::Error> for Error {
     }
 }
 
+/// The FTS5 query matching any of `terms`: each one a string (`"..."`, quotes doubled), so no
+/// term can be an FTS5 operator, column filter or prefix, joined by `OR`. A NUL would end the
+/// query text for FTS5's parser mid-string; it separates words anyway, so it becomes a space.
+pub fn match_query(terms: &[String]) -> String {
+    terms
+        .iter()
+        .map(|t| format!("\"{}\"", t.replace('"', "\"\"").replace('\0', " ")))
+        .collect::<Vec<_>>()
+        .join(" OR ")
+}
+
+/// `items` as a JSON array of strings, for `json_each`: one bound parameter whatever their
+/// number, so no statement outgrows SQLite's limit on parameters.
+fn json_strings(items: &[String]) -> String {
+    let mut out = String::from("[");
+    for (i, item) in items.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push('"');
+        for c in item.chars() {
+            match c {
+                '"' => out.push_str("\\\""),
+                '\\' => out.push_str("\\\\"),
+                c if u32::from(c) < 0x20 => {
+                    write!(out, "\\u{:04x}", u32::from(c)).expect("a String takes any write");
+                }
+                c => out.push(c),
+            }
+        }
+        out.push('"');
+    }
+    out.push(']');
+    out
+}
+
 fn read_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Row> {
     Ok(Row {
         entry_id: row.get(0)?,
@@ -171,20 +272,33 @@ fn has_version(conn: &Connection) -> rusqlite::Result<bool> {
     names.try_fold(false, |found, name| Ok(found || name? == "version"))
 }
 
-/// Adds the version column to a file made before it existed. Checked again inside a write
-/// transaction: processes opening one old file at once all see it missing, and only the first
-/// may add it.
-fn migrate(conn: &Connection) -> rusqlite::Result<()> {
-    if has_version(conn)? {
+fn has_search(conn: &Connection) -> rusqlite::Result<bool> {
+    conn.query_row(
+        "SELECT count(*) FROM sqlite_master WHERE name = 'memory_search'",
+        [],
+        |row| row.get::<_, i64>(0),
+    )
+    .map(|n| n > 0)
+}
+
+/// Runs `upgrade` unless `done` says the file already has it. Checked again inside a write
+/// transaction: processes opening one old file at once all see the upgrade missing, and only
+/// the first may apply it; the others wait for its commit and then find it done.
+fn migrate(
+    conn: &Connection,
+    done: fn(&Connection) -> rusqlite::Result<bool>,
+    upgrade: &str,
+) -> rusqlite::Result<()> {
+    if done(conn)? {
         return Ok(());
     }
     begin(conn)?;
-    let added = match has_version(conn) {
+    let applied = match done(conn) {
         Ok(true) => Ok(()),
-        Ok(false) => conn.execute_batch(ADD_VERSION),
+        Ok(false) => conn.execute_batch(upgrade),
         Err(e) => Err(e),
     };
-    if let Err(e) = added {
+    if let Err(e) = applied {
         conn.execute_batch("ROLLBACK")?;
         return Err(e);
     }
@@ -214,7 +328,8 @@ impl SqliteTable {
             with_lock_retry(|| conn.execute_batch(pragma))?;
         }
         conn.execute_batch(SCHEMA)?;
-        migrate(&conn)?;
+        migrate(&conn, has_version, ADD_VERSION)?;
+        migrate(&conn, has_search, SEARCH_SCHEMA)?;
         Ok(Self { conn })
     }
 
@@ -318,6 +433,36 @@ impl SqliteTable {
         Ok(rows.next()?.map(read_row).transpose()?)
     }
 
+    /// The unexpired rows of `namespaces` with `importance >= min_importance` whose search text
+    /// holds any of `terms`, each with its score (> 0, higher is better): best first, then by
+    /// importance, then in insertion order; at most `limit`. Served by the FTS index; `terms`
+    /// are only ever data (see `match_query`).
+    pub fn search(
+        &self,
+        namespaces: &[String],
+        terms: &[String],
+        limit: i64,
+        min_importance: f64,
+        now: f64,
+    ) -> Result<Vec<(Row, f64)>, Error> {
+        // An empty MATCH is an FTS5 syntax error, and nothing could be found anyway.
+        if namespaces.is_empty() || terms.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut stmt = self.conn.prepare_cached(SEARCH)?;
+        let hits = stmt.query_map(
+            params![
+                match_query(terms),
+                json_strings(namespaces),
+                now,
+                min_importance,
+                limit
+            ],
+            |row| Ok((read_row(row)?, row.get(9)?)),
+        )?;
+        Ok(hits.collect::<rusqlite::Result<_>>()?)
+    }
+
     /// Removes an entry of this namespace; whether there was one.
     pub fn delete(&self, namespace: &str, entry_id: &str) -> Result<bool, Error> {
         let mut stmt = self
@@ -389,12 +534,23 @@ mod tests {
         SqliteTable::open(Path::new(":memory:")).unwrap()
     }
 
+    /// The text of the twin's triple-quoted constant `name`.
+    fn twin_constant(name: &str) -> &'static str {
+        let twin = include_str!("../../../python/memlane/_pure/store.py");
+        let opening = format!("\n{name} = \"\"\"");
+        let start = twin.find(&opening).expect("twin defines the constant") + opening.len();
+        let len = twin[start..]
+            .find("\"\"\"")
+            .expect("the constant is closed");
+        &twin[start..start + len]
+    }
+
     #[test]
     fn schema_is_the_twins_byte_for_byte() {
         let twin = include_str!("../../../python/memlane/_pure/store.py");
-        let start = twin.find("SCHEMA = \"\"\"").expect("twin defines SCHEMA") + 12;
-        let len = twin[start..].find("\"\"\"").expect("SCHEMA is closed");
-        assert_eq!(&twin[start..start + len], SCHEMA);
+        assert_eq!(twin_constant("SCHEMA"), SCHEMA);
+        assert_eq!(twin_constant("SEARCH_SCHEMA"), SEARCH_SCHEMA);
+        assert_eq!(twin_constant("SEARCH"), SEARCH);
         let pragmas = PRAGMAS.map(|p| format!("\"{p}\"")).join(", ");
         assert!(twin.contains(&format!("PRAGMAS = ({pragmas})")));
         assert!(twin.contains(&format!("ADD_VERSION = \"{ADD_VERSION}\"")));
@@ -587,5 +743,187 @@ mod tests {
             )
             .unwrap();
         assert!(matches!(t.load("a", 0.0), Err(Error::Sqlite(_))));
+    }
+
+    fn searchable(id: &str, key: Option<&str>, text: &str, importance: f64) -> Row {
+        let array = json_strings(&[text.to_owned()]);
+        Row {
+            metadata: format!("{{\"search_text\":{}}}", &array[1..array.len() - 1]),
+            ..row(id, key, None, importance)
+        }
+    }
+
+    fn strings(items: &[&str]) -> Vec<String> {
+        items.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    fn found(t: &SqliteTable, namespaces: &[&str], query: &[&str]) -> Vec<String> {
+        t.search(&strings(namespaces), &strings(query), 10, 0.0, 0.0)
+            .unwrap()
+            .into_iter()
+            .map(|(r, score)| {
+                assert!(score > 0.0, "{score}");
+                r.entry_id
+            })
+            .collect()
+    }
+
+    #[test]
+    fn search_ranks_by_bm25_then_importance_then_insertion() {
+        let t = memory();
+        t.save("a", &searchable("1", None, "apple", 0.2)).unwrap();
+        t.save("a", &searchable("2", None, "apple banana", 0.5))
+            .unwrap();
+        t.save("a", &searchable("3", None, "apple", 0.9)).unwrap();
+        t.save("a", &searchable("4", None, "apple", 0.2)).unwrap();
+        t.save("a", &row("5", None, None, 0.5)).unwrap();
+        t.save("b", &searchable("6", None, "banana", 0.5)).unwrap();
+        assert_eq!(
+            found(&t, &["a"], &["apple", "banana"]),
+            ["2", "3", "1", "4"]
+        );
+        assert_eq!(found(&t, &["b", "a"], &["banana"]), ["6", "2"]);
+        assert!(found(&t, &[], &["apple"]).is_empty());
+        assert!(found(&t, &["a"], &[]).is_empty());
+        let limited = t
+            .search(&strings(&["a"]), &strings(&["apple"]), 2, 0.5, 0.0)
+            .unwrap();
+        assert_eq!(
+            ids(&limited.into_iter().map(|h| h.0).collect::<Vec<_>>()),
+            ["3", "2"]
+        );
+    }
+
+    #[test]
+    fn search_terms_are_data_not_fts5_syntax() {
+        let t = memory();
+        t.save("a", &searchable("1", None, "near or and not", 0.5))
+            .unwrap();
+        t.save("a", &searchable("2", None, "say \"hi\"", 0.5))
+            .unwrap();
+        t.save("we\"ird\\ns\n", &searchable("3", None, "near", 0.5))
+            .unwrap();
+        assert_eq!(
+            match_query(&strings(&["a\"b", "c\0d"])),
+            "\"a\"\"b\" OR \"c d\""
+        );
+        for query in [
+            ["NEAR"],
+            ["AND"],
+            ["*"],
+            ["\""],
+            ["text:near"],
+            ["a\" OR \"near"],
+        ] {
+            t.search(&strings(&["a"]), &strings(&query), 10, 0.0, 0.0)
+                .unwrap();
+        }
+        assert_eq!(found(&t, &["a"], &["NEAR"]), ["1"]);
+        assert_eq!(found(&t, &["a"], &["hi"]), ["2"]);
+        assert_eq!(found(&t, &["we\"ird\\ns\n"], &["near"]), ["3"]);
+    }
+
+    #[test]
+    fn search_reads_the_index_not_the_entries() {
+        let t = memory();
+        let plan: Vec<String> = t
+            .conn
+            .prepare(&format!("EXPLAIN QUERY PLAN {SEARCH}"))
+            .unwrap()
+            .query_map(params!["\"a\"", "[\"a\"]", 0.0, 0.0, 10], |r| r.get(3))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap();
+        let plan = plan.join("\n");
+        assert!(plan.contains("SCAN memory_search VIRTUAL TABLE"), "{plan}");
+        assert!(
+            plan.contains("SEARCH e USING INTEGER PRIMARY KEY"),
+            "{plan}"
+        );
+        assert!(!plan.contains("SCAN e"), "{plan}");
+    }
+
+    #[test]
+    fn the_index_follows_every_write() {
+        let t = memory();
+        t.save("a", &searchable("1", Some("k"), "alpha", 0.5))
+            .unwrap();
+        t.save("a", &searchable("1", Some("k"), "beta", 0.5))
+            .unwrap();
+        assert!(found(&t, &["a"], &["alpha"]).is_empty());
+        // A new id takes the key over: the old holder leaves the index with its row.
+        t.save("a", &searchable("2", Some("k"), "gamma", 0.5))
+            .unwrap();
+        assert!(found(&t, &["a"], &["beta"]).is_empty());
+        assert!(t
+            .save_if("a", &searchable("3", Some("k"), "delta", 0.5), Some(0), 0.0)
+            .unwrap());
+        assert!(found(&t, &["a"], &["gamma"]).is_empty());
+        assert_eq!(found(&t, &["a"], &["delta"]), ["3"]);
+        // Moving to another namespace keeps it searchable there only.
+        t.save("b", &searchable("3", None, "delta", 0.5)).unwrap();
+        assert_eq!(found(&t, &["b"], &["delta"]), ["3"]);
+        assert!(t.delete("b", "3").unwrap());
+        t.save("c", &searchable("4", None, "epsilon", 0.5)).unwrap();
+        t.clear("c").unwrap();
+        let expiring = Row {
+            expires_at: Some(5.0),
+            ..searchable("5", None, "zeta", 0.5)
+        };
+        t.save("a", &expiring).unwrap();
+        assert_eq!(found(&t, &["a"], &["zeta"]), ["5"]);
+        assert!(t
+            .search(&strings(&["a"]), &strings(&["zeta"]), 10, 0.0, 5.0)
+            .unwrap()
+            .is_empty());
+        t.cleanup_expired(5.0).unwrap();
+        let indexed: i64 = t
+            .conn
+            .query_row("SELECT count(*) FROM memory_search", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(indexed, 0);
+    }
+
+    #[test]
+    fn a_file_without_the_index_gets_it_back_filled() {
+        let dir = std::env::temp_dir().join(format!("memlane-fts-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("old.sqlite3");
+        let old = Connection::open(&path).unwrap();
+        old.execute_batch(SCHEMA).unwrap();
+        old.execute(
+            "INSERT INTO memory_entries (entry_id, namespace, scope, content, metadata, created_at) \
+             VALUES ('1', 'a', 'long_term', '1', '{\"search_text\":\"old words\"}', 'x'), \
+             ('2', 'a', 'long_term', '1', '{\"search_text\":3}', 'x'), \
+             ('3', 'a', 'long_term', '1', 'not json', 'x')",
+            [],
+        )
+        .unwrap();
+        drop(old);
+        let t = SqliteTable::open(&path).unwrap();
+        assert_eq!(found(&t, &["a"], &["words"]), ["1"]);
+        // The damaged row is unsearchable but still deletable.
+        assert!(t.delete("a", "3").unwrap());
+        drop(t);
+        // Opened again: back-filled once, not twice.
+        let t = SqliteTable::open(&path).unwrap();
+        assert_eq!(found(&t, &["a"], &["old"]), ["1"]);
+        drop(t);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn json_strings_round_trip_through_sqlite() {
+        let t = memory();
+        let items = strings(&["plain", "q\"uote", "back\\slash", "ctl\u{1}\n\t", "é😀", ""]);
+        let back: Vec<String> = t
+            .conn
+            .prepare("SELECT value FROM json_each(?)")
+            .unwrap()
+            .query_map([json_strings(&items)], |r| r.get(0))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap();
+        assert_eq!(back, items);
     }
 }
