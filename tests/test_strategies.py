@@ -296,7 +296,7 @@ class TestConditionsAreCheckedWhenBuilt:
         view = interaction_view(Interaction([], 0, 0), 0, lambda messages: 0)
         part = ToolReturnPart(tool_name="calc", content="not a number", tool_call_id="x")
         with pytest.raises(ConditionError, match="not a number") as info:
-            condition.holds(condition.evaluator(), view, message_view(part))
+            condition.holds(view, message_view(part))
         assert "int(message.content)" in str(info.value)
 
 

@@ -18,6 +18,7 @@ from memlane.strategies import (
     ToolResultClearing,
     apply_short_term,
     group_interactions,
+    keep_max_tokens,
     message_token_counter,
     select_short_term,
 )
@@ -148,6 +149,32 @@ class TestBudget:
         assert [i.index for i in kept] == [2, 3, 4]
         assert counter.calls == 0
 
+    def test_a_cache_spares_the_next_walk_filtering_and_counting(
+        self, impl: _backend.Implementation
+    ) -> None:
+        strategy = MemoryMaxTokensStrategy(conditions=["message.role != 'tool'"])
+        interactions = [interaction(i) for i in range(6)]
+        counter = Counting()
+        cache: dict[object, object] = {}
+        first = keep_max_tokens(strategy, interactions, counter, cache)
+        assert counter.calls == 6
+        again = keep_max_tokens(strategy, [*interactions, interaction(6)], counter, cache)
+        assert counter.calls == 7  # only the new interaction
+        assert again[:-1] == first
+        assert again == keep_max_tokens(strategy, [*interactions, interaction(6)], counter)
+
+    def test_no_cache_when_a_condition_reads_the_age(self, impl: _backend.Implementation) -> None:
+        strategy = MemoryMaxTokensStrategy(conditions=["interaction.age < 2"])
+        interactions = [interaction(i) for i in range(4)]
+        cache: dict[object, object] = {}
+        assert [i.index for i in keep_max_tokens(strategy, interactions, Counting(), cache)] == [
+            2,
+            3,
+        ]
+        assert cache == {}
+        longer = [*interactions, interaction(4)]
+        assert [i.index for i in keep_max_tokens(strategy, longer, Counting(), cache)] == [3, 4]
+
     def test_a_pair_split_across_interactions_stays_whole(
         self, impl: _backend.Implementation
     ) -> None:
@@ -222,6 +249,11 @@ def test_pairs_stay_whole_and_a_suffix_fits_the_budget(
     assert sorted(calls) == sorted(returns)
     assert all(message.parts for message in sent)
     assert count(sent) <= max(budget, 0)
+
+    # A cache filled by the previous turn's walk changes nothing.
+    cache: dict[object, object] = {}
+    keep_max_tokens(strategy, interactions[:-1], count, cache)
+    assert keep_max_tokens(strategy, interactions, count, cache) == kept
 
     unlimited = MemoryMaxTokensStrategy(memory_max_tokens=10**9, conditions=conditions)
     non_empty = [i.index for i in select_short_term(unlimited, interactions, count)]

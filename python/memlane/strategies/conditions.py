@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import ast
 import functools
+import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pydantic_ai.messages import BaseToolCallPart, UserPromptPart
@@ -102,9 +103,52 @@ class InteractionView:
     tool_names: tuple[str, ...]
 
 
-def message_view(part: object) -> MessageView:
-    """The ``message`` a condition sees for a part of a pydantic-ai message."""
-    return MessageView(part_role(part), part_content(part), part_tool_name(part))
+def message_view(part: object, reads: frozenset[str] | None = None) -> MessageView:
+    """The ``message`` a condition sees for a part of a pydantic-ai message.
+
+    Args:
+        part: The part.
+        reads: The fields the conditions read (:attr:`CompiledCondition.reads`); the
+            content, which may mean serialising a tool's arguments or result, is left ``""``
+            when none reads it. ``None``: every field.
+
+    Returns:
+        The view.
+    """
+    content = part_content(part) if reads is None or "message.content" in reads else ""
+    return MessageView(part_role(part), content, part_tool_name(part))
+
+
+def interaction_view(
+    interaction: Interaction,
+    age: int,
+    count_tokens: CountTokens,
+    reads: frozenset[str] | None = None,
+) -> InteractionView:
+    """The ``interaction`` a condition sees.
+
+    Args:
+        interaction: The interaction.
+        age: How many interactions are newer (0 for the newest).
+        count_tokens: Counts its tokens when they are not known.
+        reads: The fields the conditions read; those that take work to find (tokens, the
+            prompt, the tools) are left empty when none reads them. ``None``: every field.
+
+    Returns:
+        The view.
+    """
+    wanted = frozenset(f"interaction.{f}" for f in INTERACTION_FIELDS) if reads is None else reads
+    tokens = interaction.token_count(count_tokens) if "interaction.tokens" in wanted else 0
+    prompts: list[str] = []
+    tools: dict[str, None] = {}
+    if "interaction.user_prompt" in wanted or "interaction.tool_names" in wanted:
+        for message in interaction.messages:
+            for part in message.parts:
+                if isinstance(part, UserPromptPart):
+                    prompts.append(part_content(part))
+                elif isinstance(part, BaseToolCallPart):
+                    tools[part.tool_name] = None
+    return InteractionView(interaction.index, age, tokens, "\n".join(prompts), tuple(tools))
 
 
 _SAMPLE_MESSAGES = (
@@ -127,10 +171,15 @@ def _allowed(scope: Scope) -> dict[str, tuple[str, ...]]:
     return {"interaction": INTERACTION_FIELDS}
 
 
-def _check_names(expression: str, tree: ast.AST, scope: Scope) -> None:
-    """Every name is a known object used for a known field, or an allowed function."""
+def _check_names(expression: str, tree: ast.AST, scope: Scope) -> frozenset[str]:
+    """Every name is a known object used for a known field, or an allowed function.
+
+    Returns the fields read (``"message.role"``...): the only values the expression can see,
+    since ``message`` and ``interaction`` appear only as the base of a field.
+    """
     allowed = _allowed(scope)
     read_fields: set[int] = set()  # ids of Name nodes that are the base of a field read
+    reads: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
             fields = allowed.get(node.value.id)
@@ -143,6 +192,7 @@ def _check_names(expression: str, tree: ast.AST, scope: Scope) -> None:
                     f"(known: {known})"
                 )
             read_fields.add(id(node.value))
+            reads.add(f"{node.value.id}.{node.attr}")
     for node in ast.walk(tree):
         if not isinstance(node, ast.Name):
             continue
@@ -157,35 +207,52 @@ def _check_names(expression: str, tree: ast.AST, scope: Scope) -> None:
             raise ConditionError(
                 f"condition {expression!r}: unknown name {node.id!r} (known: {names})"
             )
+    return frozenset(reads)
+
+
+_local = threading.local()
+
+
+def _evaluator() -> EvalWithCompoundTypes:
+    """This thread's evaluator (it holds the names of the evaluation in progress)."""
+    evaluator: EvalWithCompoundTypes | None = getattr(_local, "evaluator", None)
+    if evaluator is None:
+        evaluator = EvalWithCompoundTypes(functions=dict(_FUNCTIONS), names={})
+        _local.evaluator = evaluator
+    return evaluator
+
+
+_RESULTS_MAX = 4096  # results a condition remembers; the memory is emptied when full
+_KEY_CHARS_MAX = 1024  # a longer value is evaluated every time rather than kept alive
 
 
 @dataclass(frozen=True, slots=True)
 class CompiledCondition:
     """A checked condition, parsed once and evaluated many times.
 
+    The expression is pure (no function it may call has effects or reads state), so its value
+    depends only on the fields it reads: results are remembered by those values, and
+    ``"message.role != 'tool'"`` is evaluated once per role, not once per part and turn.
+
     Attributes:
         expression: The source text.
         scope: ``"message"`` or ``"interaction"``.
+        reads: The fields it reads, e.g. ``frozenset({"message.role"})``.
     """
 
     expression: str
     scope: Scope
-    _node: ast.AST
+    reads: frozenset[str]
+    _node: ast.AST = field(repr=False, compare=False)
+    _fields: tuple[tuple[bool, str], ...] = field(repr=False, compare=False)
+    _results: dict[tuple[object, ...], bool] = field(
+        default_factory=dict, repr=False, compare=False
+    )
 
-    def evaluator(self) -> EvalWithCompoundTypes:
-        """A fresh evaluator (not shared between threads: it holds the names it is given)."""
-        return EvalWithCompoundTypes(functions=dict(_FUNCTIONS), names={})
-
-    def holds(
-        self,
-        evaluator: EvalWithCompoundTypes,
-        interaction: InteractionView,
-        message: MessageView | None = None,
-    ) -> bool:
+    def holds(self, interaction: InteractionView, message: MessageView | None = None) -> bool:
         """Whether the condition is true for ``message`` in ``interaction``.
 
         Args:
-            evaluator: From :meth:`evaluator`, reused across calls.
             interaction: The interaction.
             message: The part (message conditions only).
 
@@ -195,17 +262,30 @@ class CompiledCondition:
         Raises:
             ConditionError: The expression fails on these values (it names them).
         """
+        key = tuple(
+            getattr(message if of_message else interaction, name)
+            for of_message, name in self._fields
+        )
+        known = self._results.get(key)
+        if known is not None:
+            return known
         names: dict[str, object] = {"interaction": interaction}
         if message is not None:
             names["message"] = message
+        evaluator = _evaluator()
         evaluator.names = names
         try:
-            return bool(evaluator.eval(self.expression, previously_parsed=self._node))
+            result = bool(evaluator.eval(self.expression, previously_parsed=self._node))
         except Exception as exc:
             subject = message if message is not None else interaction
             raise ConditionError(
                 f"condition {self.expression!r} failed on {subject!r}: {type(exc).__name__}: {exc}"
             ) from exc
+        if all(not isinstance(v, str) or len(v) <= _KEY_CHARS_MAX for v in key):
+            if len(self._results) >= _RESULTS_MAX:
+                self._results.clear()
+            self._results[key] = result
+        return result
 
 
 @functools.lru_cache(maxsize=512)
@@ -218,7 +298,7 @@ def compile_condition(expression: str, scope: Scope = "message") -> CompiledCond
             condition.
 
     Returns:
-        The compiled condition.
+        The compiled condition (the same object for the same arguments).
 
     Raises:
         ConditionError: It does not parse, names something unknown, or fails on a sample
@@ -230,45 +310,17 @@ def compile_condition(expression: str, scope: Scope = "message") -> CompiledCond
         tree = ast.parse(expression.strip(), mode="eval")
     except SyntaxError as exc:
         raise ConditionError(f"condition {expression!r} does not parse: {exc.msg}") from exc
-    _check_names(expression, tree, scope)
-    condition = CompiledCondition(expression, scope, tree.body)
-    evaluator = condition.evaluator()
+    reads = _check_names(expression, tree, scope)
+    fields = tuple(
+        (of == "message", name) for of, _, name in (read.partition(".") for read in sorted(reads))
+    )
+    condition = CompiledCondition(expression, scope, reads, tree.body, fields)
     for interaction in _SAMPLE_INTERACTIONS:
         for message in _SAMPLE_MESSAGES if scope == "message" else (None,):
             try:
-                condition.holds(evaluator, interaction, message)
+                condition.holds(interaction, message)
             except ConditionError as exc:
                 raise ConditionError(
                     f"condition {expression!r} cannot be evaluated: {exc.__cause__}"
                 ) from exc
     return condition
-
-
-def interaction_view(
-    interaction: Interaction, age: int, count_tokens: CountTokens
-) -> InteractionView:
-    """The ``interaction`` a condition sees.
-
-    Args:
-        interaction: The interaction.
-        age: How many interactions are newer (0 for the newest).
-        count_tokens: Counts its tokens when they are not known.
-
-    Returns:
-        The view.
-    """
-    prompts: list[str] = []
-    tools: dict[str, None] = {}
-    for message in interaction.messages:
-        for part in message.parts:
-            if isinstance(part, UserPromptPart):
-                prompts.append(part_content(part))
-            elif isinstance(part, BaseToolCallPart):
-                tools[part.tool_name] = None
-    return InteractionView(
-        interaction.index,
-        age,
-        interaction.token_count(count_tokens),
-        "\n".join(prompts),
-        tuple(tools),
-    )

@@ -8,7 +8,8 @@ a call whose return is missing.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Sequence
+from collections.abc import Hashable, Iterable, MutableMapping, Sequence
+from dataclasses import dataclass
 
 from pydantic_ai.messages import (
     BaseToolReturnPart,
@@ -45,6 +46,10 @@ CLEARED_PREFIX = "[tool result cleared to save context: it took "
 """How the placeholder of a cleared tool result begins (it goes on ``"<n> tokens]"``)."""
 
 
+def _is_answer(part: object) -> bool:
+    return isinstance(part, BaseToolReturnPart | RetryPromptPart)
+
+
 def _paired_ids(interactions: Iterable[Interaction]) -> set[str]:
     """The tool-call ids that have both a call and an answer among ``interactions``."""
     calls: set[str] = set()
@@ -55,10 +60,7 @@ def _paired_ids(interactions: Iterable[Interaction]) -> set[str]:
                 call_id = part_tool_call_id(part)
                 if call_id is None:
                     continue
-                if isinstance(part, BaseToolReturnPart | RetryPromptPart):
-                    answers.add(call_id)
-                else:
-                    calls.add(call_id)
+                (answers if _is_answer(part) else calls).add(call_id)
     return calls & answers
 
 
@@ -88,40 +90,51 @@ def _filtered(
     interaction: Interaction,
     age: int,
     conditions: Sequence[CompiledCondition],
+    reads: frozenset[str],
     count_tokens: CountTokens,
 ) -> Interaction:
     """``interaction`` without the parts some condition rejects, nor their tool partners."""
-    evaluator = conditions[0].evaluator()
-    view = interaction_view(interaction, age, count_tokens)
+    view = interaction_view(interaction, age, count_tokens, reads)
     drop_parts: set[int] = set()
     drop_ids: set[str] = set()
     for message in interaction.messages:
         for part in message.parts:
-            seen = message_view(part)
-            if not all(c.holds(evaluator, view, seen) for c in conditions):
+            seen = message_view(part, reads)
+            if not all(c.holds(view, seen) for c in conditions):
                 drop_parts.add(id(part))
                 call_id = part_tool_call_id(part)
                 if call_id is not None:
                     drop_ids.add(call_id)
     if not drop_parts:
-        return interaction if interaction.tokens is not None else interaction.counted(count_tokens)
+        return interaction
     return _without(interaction, drop_ids, drop_parts)
 
 
-def _repair_pairs(kept: list[Interaction], paired: set[str]) -> list[Interaction]:
-    """``kept`` without the halves of pairs (``paired`` in the input) whose other half is gone."""
-    still = _paired_ids(kept)
-    broken = paired - still
-    if not broken:
-        return kept
-    repaired = [_without(interaction, broken, set()) for interaction in kept]
-    return [interaction for interaction in repaired if interaction.messages]
+@dataclass(frozen=True, slots=True)
+class _Sendable:
+    """An interaction as the window would send it, with what the walk needs to know of it."""
+
+    interaction: Interaction  # filtered, ``tokens`` set
+    calls: frozenset[str]  # ids of its tool calls
+    answers: frozenset[str]  # ids of its tool returns and retry prompts
+
+
+def _sendable(interaction: Interaction, count_tokens: CountTokens) -> _Sendable:
+    calls: set[str] = set()
+    answers: set[str] = set()
+    for message in interaction.messages:
+        for part in message.parts:
+            call_id = part_tool_call_id(part)
+            if call_id is not None:
+                (answers if _is_answer(part) else calls).add(call_id)
+    return _Sendable(interaction.counted(count_tokens), frozenset(calls), frozenset(answers))
 
 
 def keep_max_tokens(
     strategy: MemoryMaxTokensStrategy,
     interactions: Sequence[Interaction],
     count_tokens: CountTokens,
+    cache: MutableMapping[Hashable, object] | None = None,
 ) -> list[Interaction]:
     """The newest interactions whose tokens, once filtered by the conditions, fit the budget.
 
@@ -133,29 +146,64 @@ def keep_max_tokens(
         strategy: The budget and the conditions.
         interactions: The conversation, oldest first.
         count_tokens: Counts what a filtered interaction costs.
+        cache: Remembers each interaction as filtered and counted, by its ``index`` and the
+            conditions, so the next turn's walk does not filter it again. Keep one per
+            conversation and empty it when an index comes to mean another interaction (the
+            conversation was cleared). Unused when a condition reads ``interaction.age``,
+            which changes every turn.
 
     Returns:
-        The kept interactions, oldest first; ``tokens`` is set where known.
+        The kept interactions, oldest first, with ``tokens`` set.
     """
     budget = strategy.memory_max_tokens
     if budget < 0:
         return []
     conditions = [compile_condition(c, "message") for c in strategy.conditions]
-    kept: list[Interaction] = []
+    reads = frozenset[str]().union(*(c.reads for c in conditions))
+    memo = None if "interaction.age" in reads else cache
+    rules = tuple(strategy.conditions)
+    kept: list[_Sendable] = []
     used = 0
     last = len(interactions) - 1
     for position in range(last, -1, -1):
         interaction = interactions[position]
-        if conditions:
-            interaction = _filtered(interaction, last - position, conditions, count_tokens)
-        tokens = interaction.token_count(count_tokens)
+        key = (interaction.index, rules)
+        entry = memo.get(key) if memo is not None else None
+        if not isinstance(entry, _Sendable):
+            if conditions:
+                interaction = _filtered(
+                    interaction, last - position, conditions, reads, count_tokens
+                )
+            entry = _sendable(interaction, count_tokens)
+            if memo is not None:
+                memo[key] = entry
+        tokens = entry.interaction.token_count(count_tokens)
         if used + tokens > budget:
             break
         used += tokens
-        if interaction.messages:
-            kept.append(interaction)
+        if entry.interaction.messages:
+            kept.append(entry)
     kept.reverse()
-    return _repair_pairs(kept, _paired_ids(interactions))
+    return _repair_pairs(kept, interactions)
+
+
+def _repair_pairs(kept: list[_Sendable], interactions: Sequence[Interaction]) -> list[Interaction]:
+    """``kept`` without the halves of the pairs of ``interactions`` whose other half is gone.
+
+    Pairs that were never whole (a call still waiting for a deferred result) stay as they
+    were: only what a strategy broke is repaired.
+    """
+    calls = frozenset[str]().union(*(entry.calls for entry in kept))
+    answers = frozenset[str]().union(*(entry.answers for entry in kept))
+    lonely = calls ^ answers
+    window = [entry.interaction for entry in kept]
+    if not lonely:  # the common case: no need to look at what was left out
+        return window
+    broken = lonely & _paired_ids(interactions)
+    if not broken:
+        return window
+    repaired = [_without(interaction, set(broken), set()) for interaction in window]
+    return [interaction for interaction in repaired if interaction.messages]
 
 
 def _placeholder(tokens: int) -> str:

@@ -64,13 +64,13 @@ def counted_interactions(
     if not strategy.interaction_conditions:
         return counted
     conditions = [compile_condition(c, "interaction") for c in strategy.interaction_conditions]
-    evaluator = conditions[0].evaluator()
+    reads = frozenset[str]().union(*(c.reads for c in conditions))
     last = len(counted) - 1
     return [
         interaction
         for position, interaction in enumerate(counted)
         if all(
-            c.holds(evaluator, interaction_view(interaction, last - position, count_tokens))
+            c.holds(interaction_view(interaction, last - position, count_tokens, reads))
             for c in conditions
         )
     ]
