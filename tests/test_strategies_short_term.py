@@ -250,10 +250,18 @@ def test_pairs_stay_whole_and_a_suffix_fits_the_budget(
     assert all(message.parts for message in sent)
     assert count(sent) <= max(budget, 0)
 
-    # A cache filled by the previous turn's walk changes nothing.
+    # A cache filled by the previous turn's walk changes nothing, even after clearing.
     cache: dict[object, object] = {}
     keep_max_tokens(strategy, interactions[:-1], count, cache)
     assert keep_max_tokens(strategy, interactions, count, cache) == kept
+    chain: list[MemoryMaxTokensStrategy | ToolResultClearing] = [
+        ToolResultClearing(keep_last=2),
+        strategy,
+    ]
+    select_short_term(chain, interactions[:-1], count, cache)
+    assert select_short_term(chain, interactions, count, cache) == select_short_term(
+        chain, interactions, count
+    )
 
     unlimited = MemoryMaxTokensStrategy(memory_max_tokens=10**9, conditions=conditions)
     non_empty = [i.index for i in select_short_term(unlimited, interactions, count)]
@@ -318,8 +326,8 @@ class TestToolResultClearing:
         history = exchange(0, result="long " * 200)
         before = group_interactions(history, count)
         after = select_short_term(ToolResultClearing(keep_last=0), before, count)
-        assert after[0].tokens is None
-        assert after[0].token_count(count) < before[0].tokens  # type: ignore[operator]
+        assert after[0].tokens == count(after[0].messages)
+        assert after[0].tokens < before[0].tokens  # type: ignore[operator]
 
 
 def test_the_default_counter_follows_the_active_implementation(

@@ -146,11 +146,11 @@ def keep_max_tokens(
         strategy: The budget and the conditions.
         interactions: The conversation, oldest first.
         count_tokens: Counts what a filtered interaction costs.
-        cache: Remembers each interaction as filtered and counted, by its ``index`` and the
-            conditions, so the next turn's walk does not filter it again. Keep one per
-            conversation and empty it when an index comes to mean another interaction (the
-            conversation was cleared). Unused when a condition reads ``interaction.age``,
-            which changes every turn.
+        cache: Remembers each interaction as filtered and counted, by its ``index``, its
+            ``tokens`` and the conditions, so the next turn's walk does not filter it again.
+            Keep one per conversation and empty it when an index may come to mean another
+            interaction of the same tokens (the conversation was cleared). Unused when a
+            condition reads ``interaction.age``, which changes every turn.
 
     Returns:
         The kept interactions, oldest first, with ``tokens`` set.
@@ -167,7 +167,7 @@ def keep_max_tokens(
     last = len(interactions) - 1
     for position in range(last, -1, -1):
         interaction = interactions[position]
-        key = (interaction.index, rules)
+        key = (interaction.index, interaction.tokens, rules)
         entry = memo.get(key) if memo is not None else None
         if not isinstance(entry, _Sendable):
             if conditions:
@@ -233,13 +233,16 @@ def _cleared(interaction: Interaction, count_tokens: CountTokens) -> Interaction
             messages.append(with_parts(message, parts))
         else:
             messages.append(message)
-    return Interaction(messages, interaction.index) if changed else interaction
+    if not changed:
+        return interaction.counted(count_tokens)
+    return Interaction(messages, interaction.index).counted(count_tokens)
 
 
 def clear_tool_results(
     strategy: ToolResultClearing,
     interactions: Sequence[Interaction],
     count_tokens: CountTokens,
+    cache: MutableMapping[Hashable, object] | None = None,
 ) -> list[Interaction]:
     """The interactions with tool results older than the newest ``keep_last`` cleared.
 
@@ -252,12 +255,23 @@ def clear_tool_results(
         strategy: How many of the newest interactions keep their results.
         interactions: The conversation, oldest first.
         count_tokens: Counts what a return costs.
+        cache: Remembers each cleared interaction by its ``index`` and ``tokens`` (see
+            :func:`keep_max_tokens`).
 
     Returns:
-        The interactions, oldest first; changed ones have ``tokens`` unset.
+        The interactions, oldest first; cleared ones have ``tokens`` set.
     """
     cut = max(0, len(interactions) - strategy.keep_last)
-    return [_cleared(i, count_tokens) for i in interactions[:cut]] + list(interactions[cut:])
+    cleared: list[Interaction] = []
+    for interaction in interactions[:cut]:
+        key = ("tool_result_clearing", interaction.index, interaction.tokens)
+        entry = cache.get(key) if cache is not None else None
+        if not isinstance(entry, Interaction):
+            entry = _cleared(interaction, count_tokens)
+            if cache is not None:
+                cache[key] = entry
+        cleared.append(entry)
+    return cleared + list(interactions[cut:])
 
 
 def select_short_term(
@@ -266,6 +280,7 @@ def select_short_term(
     | Sequence[MemoryMaxTokensStrategy | ToolResultClearing],
     interactions: Sequence[Interaction],
     count_tokens: CountTokens | None = None,
+    cache: MutableMapping[Hashable, object] | None = None,
 ) -> list[Interaction]:
     """The interactions (as they will be sent) after each strategy in turn.
 
@@ -278,6 +293,8 @@ def select_short_term(
         interactions: The conversation, oldest first.
         count_tokens: Counts tokens; by default as memlane counts a turn, with an exact
             :class:`~memlane.TokenEstimator` on the active implementation.
+        cache: A per-conversation cache each strategy remembers its work in (see
+            :func:`keep_max_tokens`); the same dict serves every turn.
 
     Returns:
         The interactions to send, oldest first.
@@ -291,9 +308,9 @@ def select_short_term(
     current = list(interactions)
     for strategy in chain:
         if isinstance(strategy, ToolResultClearing):
-            current = clear_tool_results(strategy, current, count)
+            current = clear_tool_results(strategy, current, count, cache)
         elif isinstance(strategy, MemoryMaxTokensStrategy):
-            current = keep_max_tokens(strategy, current, count)
+            current = keep_max_tokens(strategy, current, count, cache)
         else:
             raise TypeError(f"not a short-term strategy: {strategy!r}")
     return current
@@ -305,6 +322,7 @@ def apply_short_term(
     | Sequence[MemoryMaxTokensStrategy | ToolResultClearing],
     interactions: Sequence[Interaction],
     count_tokens: CountTokens | None = None,
+    cache: MutableMapping[Hashable, object] | None = None,
 ) -> list[ModelMessage]:
     """The message history to send: the interactions after the strategies, flattened.
 
@@ -312,6 +330,7 @@ def apply_short_term(
         strategies: One strategy or several, applied in order.
         interactions: The conversation, oldest first.
         count_tokens: Counts tokens (default: as memlane counts a turn).
+        cache: A per-conversation cache (see :func:`select_short_term`).
 
     Returns:
         The messages, oldest first.
@@ -335,6 +354,6 @@ def apply_short_term(
     """
     return [
         message
-        for interaction in select_short_term(strategies, interactions, count_tokens)
+        for interaction in select_short_term(strategies, interactions, count_tokens, cache)
         for message in interaction.messages
     ]
