@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from memlane import _backend
 from memlane.stores._base import LocalStore, awaitable
 from memlane.stores.protocol import (
+    SEARCH_TEXT,
     SearchableStore,
     SearchHit,
     check_entry,
@@ -23,7 +24,6 @@ from memlane.stores.protocol import (
     next_version,
     now,
     search_terms,
-    search_text,
     timestamp,
 )
 from memlane.types import MemoryEntry
@@ -82,7 +82,10 @@ class InMemoryStore(LocalStore):
         from the table (the entry's previous version, and the holder of its key) and gain the
         entry if it has a search text.
         """
-        text = search_text(entry)
+        # search_text's rule, inlined: this line runs for every conversation turn saved.
+        text = entry.metadata.get(SEARCH_TEXT)
+        if not isinstance(text, str):
+            text = None
         expires_at = timestamp(entry.expires_at)
         if text is None and not self._index:
             # Nothing is searchable, so the save cannot change the index: conversation turns
@@ -245,9 +248,7 @@ class InMemoryStore(LocalStore):
                 :func:`~memlane.stores.protocol.check_search`).
             StoreClosedError: The store was closed.
         """
-        names, terms, limit, min_importance = check_search(
-            namespaces, query, limit, min_importance
-        )
+        names, terms, limit, min_importance = check_search(namespaces, query, limit, min_importance)
         self._check_open()
         if not names or not terms:
             return []
