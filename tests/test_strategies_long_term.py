@@ -12,7 +12,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic_ai import ModelHTTPError
-from pydantic_ai.messages import ModelMessage, ModelResponse, ToolCallPart, UserPromptPart
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    RetryFeedbackPart,
+    RetryInfo,
+    ToolCallPart,
+    UserPromptPart,
+)
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from memlane import TokenEstimator, _backend
@@ -315,6 +323,15 @@ def test_format_interactions() -> None:
         "Tool result (get_weather): sunny, 21 C",
         "Assistant: answer 3",
     ]
+    retry = Interaction(
+        [
+            ModelRequest(
+                parts=[RetryFeedbackPart(content="be brief", retry=RetryInfo(cause="model_retry"))]
+            )
+        ],
+        4,
+    )
+    assert format_interactions([retry]).splitlines() == ["[interaction 4]", "Retry: be brief"]
 
 
 class TestSplitter:

@@ -80,8 +80,10 @@ def format_interactions(interactions: Iterable[Interaction]) -> str:
                 name = getattr(part, "tool_name", None)
                 if role == "tool" and kind.endswith("call"):
                     lines.append(f"Tool call: {name}({content})")
-                elif role == "tool":
+                elif role == "tool" and name:
                     lines.append(f"Tool result ({name}): {content}")
+                elif role == "tool":
+                    lines.append(f"Retry: {content}")
                 elif kind == "thinking" or not content:
                     continue
                 else:
