@@ -48,7 +48,7 @@ class TestDefaults:
         assert settings.model_dump() == {
             "backend": "in_memory",
             "max_conversation_tokens": 128_000,
-            "summarize_threshold": 10,
+            "summarize_threshold": None,
             "summarize_in_background": False,
             "max_cached_conversations": 10_000,
             "file_dir": ".memlane",
@@ -67,7 +67,7 @@ class TestDefaults:
         manager = MemoryManager.from_config()
         assert isinstance(manager.store, InMemoryStore)
         assert manager.conversation.max_tokens == 128_000
-        assert manager.conversation.summarize_threshold == 10
+        assert manager.conversation.summarize_threshold == 3072  # min(3072, 3/4 of the budget)
 
 
 class TestVariablesAreRead:

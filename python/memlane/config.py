@@ -6,7 +6,8 @@ store. Every problem is a :class:`ValueError` naming the variable to fix.
 
 * ``MEMLANE_BACKEND``: ``in_memory`` (default), ``file``, ``sqlite``, ``postgres`` or ``mongodb``.
 * ``MEMLANE_MAX_CONVERSATION_TOKENS``: budget of each conversation's history (``128000``).
-* ``MEMLANE_SUMMARIZE_THRESHOLD``: summarise retained turns above this many tokens (``10``).
+* ``MEMLANE_SUMMARIZE_THRESHOLD``: summarise retained turns above this many tokens (unset:
+  ``min(3072, max_conversation_tokens * 3 // 4)``).
 * ``MEMLANE_SUMMARIZE_IN_BACKGROUND``: summarise after ``add_turn`` returns (``false``).
 * ``MEMLANE_MAX_CACHED_CONVERSATIONS``: conversations kept in memory over a persistent store
   (``10000``).
@@ -52,7 +53,8 @@ class MemlaneSettings(BaseSettings):
     Attributes:
         backend: Which store ``MemoryManager.from_config`` builds.
         max_conversation_tokens: Budget of each conversation's history.
-        summarize_threshold: Token total above which turns are folded into the summary.
+        summarize_threshold: Token total above which turns are folded into the summary
+            (``None``: ``min(3072, max_conversation_tokens * 3 // 4)``).
         summarize_in_background: Whether summaries run after ``add_turn`` returns.
         max_cached_conversations: Conversations kept in memory over a persistent store.
         file_dir: Directory of the ``file`` backend.
@@ -71,7 +73,7 @@ class MemlaneSettings(BaseSettings):
 
     backend: Backend = "in_memory"
     max_conversation_tokens: int = Field(default=128_000, gt=0)
-    summarize_threshold: int = Field(default=10, gt=0)
+    summarize_threshold: int | None = Field(default=None, gt=0)
     summarize_in_background: bool = False
     max_cached_conversations: int = Field(default=10_000, gt=0)
     file_dir: str = ".memlane"

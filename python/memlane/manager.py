@@ -65,7 +65,9 @@ class MemoryManager:
             default.
         max_conversation_tokens: Budget of each conversation's history.
         summarize_threshold: Token total of retained turns above which, with a
-            ``summarizer``, the oldest turns are folded into the rolling summary.
+            ``summarizer``, the oldest turns are folded into the rolling summary; ``None``:
+            ``min(3072, max_conversation_tokens * 3 // 4)``, as on
+            :class:`~memlane.ConversationMemory`.
         working_scope_id: Scope of this manager's working memory.
         summarizer: ``summarizer(turns) -> str``; ``None``: never summarise.
         estimator: Counts tokens; exact ``o200k_base`` by default.
@@ -86,7 +88,7 @@ class MemoryManager:
         *,
         store: MemoryStore | None = None,
         max_conversation_tokens: int = 128_000,
-        summarize_threshold: int = 10,
+        summarize_threshold: int | None = None,
         working_scope_id: str = "default",
         summarizer: Summarizer | None = None,
         estimator: TokenEstimator | None = None,

@@ -37,7 +37,13 @@ from memlane._runner import (
     sync_method,
 )
 from memlane._validate import check_positive_int, check_str
-from memlane.conversation.plan import ConversationLogic, NewTurn, check_cid
+from memlane.conversation.plan import (
+    ConversationLogic,
+    NewTurn,
+    check_cid,
+    check_summary_room,
+    default_threshold,
+)
 from memlane.conversation.snapshot import export_snapshot, parse_snapshot
 from memlane.conversation.state import ConversationState, namespace
 from memlane.stores import InMemoryStore, MemoryStore
@@ -164,7 +170,13 @@ class ConversationMemory(ConversationLogic):
         max_tokens: Budget of the history returned by :meth:`get_message_history`.
         summarize_threshold: When the retained turns of a conversation total more tokens than
             this and a ``summarizer`` is set, the oldest turns are folded into the summary
-            until the total is back under it (the newest turn always stays).
+            until the total is back under it. ``None`` (the default):
+            ``min(3072, max_tokens * 3 // 4)``, the documented 3072 where the budget allows
+            it. With a summarizer the summary gets the rest of the budget
+            (``max_tokens - summarize_threshold`` tokens; a longer one is cut), so every
+            turn is either in the history sent or folded into the summary: a turn that no
+            longer fits the history beside the summary is folded in too. It must then be
+            below ``max_tokens``.
         estimator: Counts tokens; exact ``o200k_base`` by default.
         summarizer: ``summarizer(turns) -> str`` (or an awaitable of it); ``None``: never
             summarise. It receives the previous summary (if any) as a leading turn with an
@@ -195,14 +207,15 @@ class ConversationMemory(ConversationLogic):
 
     Raises:
         TypeError: A budget that is not an ``int``, or a summarizer that is not callable.
-        ValueError: A budget that is not positive.
+        ValueError: A budget that is not positive, or, with a summarizer, a threshold that
+            leaves the summary no room in the budget.
     """
 
     def __init__(
         self,
         *,
         max_tokens: int = 4096,
-        summarize_threshold: int = 3072,
+        summarize_threshold: int | None = None,
         estimator: TokenEstimator | None = None,
         summarizer: Summarizer | None = None,
         store: MemoryStore | None = None,
@@ -229,9 +242,15 @@ class ConversationMemory(ConversationLogic):
         self.max_cached_conversations = check_positive_int(
             max_cached_conversations, "max_cached_conversations"
         )
-        self.summarize_threshold = check_positive_int(summarize_threshold, "summarize_threshold")
+        self.summarize_threshold = (
+            default_threshold(self.max_tokens)
+            if summarize_threshold is None
+            else check_positive_int(summarize_threshold, "summarize_threshold")
+        )
         if summarizer is not None and not callable(summarizer):
             raise TypeError(f"summarizer must be callable, not {type(summarizer).__name__}")
+        if summarizer is not None:
+            check_summary_room(self.max_tokens, self.summarize_threshold)
         self.estimator = estimator if estimator is not None else TokenEstimator()
         # Turn texts are validated str already: memlane's own estimator is asked through its
         # counting engine directly (no second type check, no Python frame per turn).

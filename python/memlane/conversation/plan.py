@@ -57,6 +57,38 @@ _SUMMARY_ROUNDS = 3
 _ELLIPSIS = " …"
 
 
+DEFAULT_SUMMARIZE_THRESHOLD = 3072
+"""The summarise-above threshold where the budget allows it (see :func:`default_threshold`)."""
+
+MIN_SUMMARY_ROOM = 16
+"""Fewest tokens a summary may be given: its prefix and a few words."""
+
+
+def default_threshold(max_tokens: int) -> int:
+    """``min(3072, max_tokens * 3 // 4)``: the rest of the budget is the summary's."""
+    return max(1, min(DEFAULT_SUMMARIZE_THRESHOLD, max_tokens * 3 // 4))
+
+
+def check_summary_room(max_tokens: int, threshold: int) -> None:
+    """With a summarizer, the threshold must leave the summary room in the budget.
+
+    Turns are kept up to the threshold and the summary gets the rest, so both are always
+    sent: a threshold at (or near) the budget would leave turns neither sent nor summarised.
+
+    Raises:
+        ValueError: Fewer than :data:`MIN_SUMMARY_ROOM` tokens left; the message names both
+            values and the default that would fit.
+    """
+    if max_tokens - threshold < MIN_SUMMARY_ROOM:
+        raise ValueError(
+            f"summarize_threshold={threshold} leaves the summary {max_tokens - threshold} of "
+            f"max_tokens={max_tokens} tokens; with a summarizer it must be at most "
+            f"max_tokens - {MIN_SUMMARY_ROOM} (the default, "
+            f"min({DEFAULT_SUMMARIZE_THRESHOLD}, max_tokens * 3 // 4), would be "
+            f"{default_threshold(max_tokens)})"
+        )
+
+
 def check_cid(conversation_id: object) -> str:
     """A conversation id: a non-empty ``str`` without NUL."""
     return check_identifier(conversation_id, "conversation_id")
@@ -278,18 +310,24 @@ class ConversationLogic:
     # ------------------------------------------------------------------ summaries
 
     def _eviction_count(self, state: ConversationState) -> int:
-        """How many of the oldest turns to fold into the summary (0: none)."""
-        if self.summarizer is None or state.ledger.total <= self.summarize_threshold:
+        """How many of the oldest turns to fold into the summary (0: none).
+
+        Those over the threshold (the newest stays on that account), and every turn the
+        history no longer sends beside the summary, the newest included: with a summarizer,
+        a turn is sent or summarised, never neither.
+        """
+        if self.summarizer is None:
             return 0
-        excess = state.ledger.total - self.summarize_threshold
-        count = 0
-        freed = 0
-        # The newest turn always stays, even when it alone is over the threshold.
         records = state.records
-        while freed < excess and count < len(records) - 1:
-            freed += records[count][3]
-            count += 1
-        return count
+        count = 0
+        if state.ledger.total > self.summarize_threshold:
+            excess = state.ledger.total - self.summarize_threshold
+            freed = 0
+            while freed < excess and count < len(records) - 1:
+                freed += records[count][3]
+                count += 1
+        unsent = state.first_in_history - state.summarized_turns
+        return max(count, unsent)
 
     def _summary_input(self, state: ConversationState, count: int) -> list[ConversationTurn]:
         turns: list[ConversationTurn] = []
@@ -354,9 +392,9 @@ class ConversationLogic:
                 lock = yield from self._locked(cid)
             if not (yield from self._commit_summary_plan(cid, basis, count, summary)):
                 stale += 1
-            elif not background:
-                return  # inline, nothing was added meanwhile: the total is under the threshold
-            # In the background, turns added while the summarizer ran may still exceed it.
+            # Again while anything is left to fold: a longer summary leaves the history less
+            # room, and in the background turns added while the summarizer ran may exceed
+            # the threshold. Each round folds at least one turn, so the loop ends.
 
     def _commit_summary_plan(
         self,
@@ -375,7 +413,7 @@ class ConversationLogic:
         text, tokens = self._fit_summary(summary)
         while True:
             state = yield from self._coherent_plan(cid, create=False)
-            if state is None or state.summarized_turns != summarized or len(state.records) <= count:
+            if state is None or state.summarized_turns != summarized or len(state.records) < count:
                 return False
             if self._persistent:
                 if tuple(state.entry_ids)[:count] != entry_ids:
@@ -439,12 +477,17 @@ class ConversationLogic:
             logger.warning("memlane: fact extraction from %r failed", cid, exc_info=True)
 
     def _fit_summary(self, summary: str) -> tuple[str, int]:
-        """The summary and its tokens (prefix included), cut to half the budget if it would
-        not fit the budget at all: a summary left out of the history is a summary lost."""
+        """The summary and its tokens (prefix included), cut to its room in the budget: with a
+        summarizer ``max_tokens - summarize_threshold`` (the turns kept up to the threshold
+        and the summary are sent together), else (an imported summary) half the budget when
+        it would not fit at all. A summary left out of the history is a summary lost."""
         tokens = self.estimator.estimate(SUMMARY_PREFIX + summary)
-        if tokens <= self.max_tokens:
+        if self.summarizer is not None:
+            room = limit = max(1, self.max_tokens - self.summarize_threshold)
+        else:
+            room, limit = self.max_tokens, self.max_tokens // 2
+        if tokens <= room:
             return summary, tokens
-        limit = self.max_tokens // 2
         low, high = 0, len(summary)
         while low < high:  # the longest prefix that fits, by bisection
             mid = (low + high + 1) // 2
@@ -454,8 +497,10 @@ class ConversationLogic:
                 high = mid - 1
         cut = summary[:low] + _ELLIPSIS
         logger.warning(
-            "memlane: summary of %d tokens exceeds max_tokens=%d; cut to %d tokens",
+            "memlane: summary of %d tokens exceeds its room of %d tokens (max_tokens=%d); "
+            "cut to %d tokens",
             tokens,
+            room,
             self.max_tokens,
             limit,
         )
