@@ -313,10 +313,11 @@ def _dump(path: Path) -> list[tuple[Any, ...]]:
                 "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name"
             )
         ]
+        # Sorted in Python: some tables (the FTS5 index's shadow tables) have one column.
         return [
             (table, *row)
             for table in tables
-            for row in conn.execute(f'SELECT * FROM "{table}" ORDER BY 1, 2')
+            for row in sorted(conn.execute(f'SELECT * FROM "{table}"'), key=repr)
         ]
 
 
