@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
+import logging
 import os
 import secrets
 
@@ -38,6 +39,12 @@ def serve(args: argparse.Namespace, out: Output) -> int:
     if args.no_auth and not is_loopback(args.host):
         raise CliError(f"--no-auth is only allowed on a loopback address, not {args.host}")
     token = args.token or os.environ.get(TOKEN_VARIABLE) or secrets.token_urlsafe(24)
+    # Every change the API makes is logged there; uvicorn configures only its own loggers.
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    server_log = logging.getLogger("memlane.server")
+    server_log.addHandler(handler)
+    server_log.setLevel(args.log_level.upper())
     with open_manager(args, create=True) as manager:
         app = create_app(manager, token=token, auth=not args.no_auth)
         shown = f"[{args.host}]" if ":" in args.host else args.host
