@@ -678,7 +678,9 @@ class TestPreviousSchema:
         again = await initialized(own_factory.make())
         assert len(await again.async_search(["ns"], "legacy")) == 3
 
-    async def test_postgresql_schema_1(self, request: pytest.FixtureRequest) -> None:
+    async def test_postgresql_schema_1(
+        self, request: pytest.FixtureRequest, impl: _backend.Implementation
+    ) -> None:
         made = StoreFactory("postgres", server_for(request, "postgres"))
         try:
             con = await asyncpg.connect(made.server.url)
@@ -697,7 +699,9 @@ class TestPreviousSchema:
         finally:
             await made.cleanup()
 
-    async def test_mongodb_index(self, request: pytest.FixtureRequest) -> None:
+    async def test_mongodb_index(
+        self, request: pytest.FixtureRequest, impl: _backend.Implementation
+    ) -> None:
         made = StoreFactory("mongodb", server_for(request, "mongodb"))
         try:
             store = made.make()

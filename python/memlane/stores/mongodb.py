@@ -178,6 +178,16 @@ class MongoDBStore(NetworkStore[_Mongo]):
     Moving an entry that lives under another key as part of a ``save_if`` removes its old
     document first and puts it back if the write then loses.
 
+    :meth:`search` (see :class:`~memlane.stores.SearchableStore`) reads a ``search_terms``
+    field, the metadata's ``search_text`` split as
+    :func:`~memlane.stores.protocol.search_terms` splits it and joined by spaces. Where the
+    server has text indexes, a text index on it (no stemming, no stop words) finds the
+    candidates with ``$text``; elsewhere (FerretDB, with an
+    :class:`IndexFallbackWarning`) a whole-word pattern per term does, over the searched
+    namespaces. Candidates are ranked by BM25 among themselves, then by importance.
+    Documents written before search existed are given the field on first use; an older
+    release still writing afterwards writes documents search does not find.
+
     Args:
         url: ``mongodb://host:port/``; options written in it (``serverSelectionTimeoutMS``,
             ``maxPoolSize``, ...; any case) win over ``timeout`` and ``pool_size``.

@@ -381,6 +381,18 @@ class PostgreSQLStore(NetworkStore[Any]):
     before versions existed gain the ``version`` column (their rows at 0) and the collation
     on first use.
 
+    :meth:`search` (see :class:`~memlane.stores.SearchableStore`) reads two generated columns
+    that every write keeps current: ``search_words`` (the metadata's ``search_text`` split as
+    :func:`~memlane.stores.protocol.search_terms` splits it, under a ``pg_trgm`` GIN index)
+    and ``search_vector`` (its ``tsvector``, under a GIN index). Rows match when they hold a
+    query term; they rank by BM25, each term weighted by its document frequency in the
+    searched namespaces (counted from the index), then by importance. When fewer rows match
+    than ``limit``, rows whose words are close to a query term that no entry holds (a typo,
+    a prefix) follow, by ``pg_trgm`` word similarity. Tables made before search gain the
+    columns on first use (one rewrite of the table); a server where ``pg_trgm`` cannot be
+    created gives an :class:`~memlane.stores.IndexFallbackWarning` and matches whole words
+    only.
+
     Content and metadata are JSONB: objects read back with JSONB's key order (sorted), and
     ``-0.0`` reads back as ``0.0``; every other plain-JSON value reads back equal and of
     the same type (large and tiny floats are sent positionally so that they stay floats).
@@ -445,7 +457,7 @@ class PostgreSQLStore(NetworkStore[Any]):
 
     async def _migrate(self, pool: Any) -> None:
         state = await pool.fetchrow(self._sql.state)
-        trigram, problem = state["trigram"], "the trigram index is missing"
+        trigram, problem = state["trigram"], ""
         # Up to date already (the usual case): skip the DDL, whose index statements would
         # briefly lock out writers of the table.
         if state["version"] != self._sql.version or not state["trigram_index"]:
