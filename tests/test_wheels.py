@@ -39,9 +39,19 @@ EXTRAS = {
     "mongodb": {"pymongo"},
     "motor": {"motor"},
     "llm": {"pydantic-ai-slim[anthropic,openai]"},
+    "server": {"starlette", "uvicorn"},
 }
 EXTRAS["all"] = set().union(*EXTRAS.values())
-ALL_INSTALLS = {"asyncpg", "pymongo", "motor", "pydantic-ai-slim", "openai", "anthropic"}
+ALL_INSTALLS = {
+    "asyncpg",
+    "pymongo",
+    "motor",
+    "pydantic-ai-slim",
+    "openai",
+    "anthropic",
+    "starlette",
+    "uvicorn",
+}
 
 # Runs inside the fresh venv (packaging comes with pytest): the direct requirements of each extra
 # named in argv, following a self-reference such as memlane[postgres,...] into its extras.
