@@ -189,10 +189,14 @@ impl<T, K: Hash + Eq + Clone> SearchIndex<T, K> {
         }
         let mut distinct = Vec::with_capacity(counts.len());
         for (term, count) in counts {
-            self.postings
-                .entry(term.clone())
-                .or_default()
-                .insert(seq, count);
+            // A term already in the vocabulary is not cloned: most of a corpus's are.
+            if let Some(posting) = self.postings.get_mut(&term) {
+                posting.insert(seq, count);
+            } else {
+                let mut posting = FxHashMap::default();
+                posting.insert(seq, count);
+                self.postings.insert(term.clone(), posting);
+            }
             distinct.push(term);
         }
         self.total_length += length;
