@@ -10,6 +10,7 @@ and several processes writing to one namespace.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -502,6 +503,11 @@ class TestPostgreSQLIndexes:
             mark = await con.fetchval(
                 f"SELECT obj_description('\"{pg.schema_name}\".memory_entries'::regclass)"
             )
+            body = await con.fetchval(
+                "SELECT prosrc FROM pg_proc WHERE proname = 'search_words' "
+                "AND pronamespace = (SELECT oid FROM pg_namespace WHERE nspname = $1)",
+                pg.schema_name,
+            )
         finally:
             await con.close()
         assert generated == {"search_words": "ALWAYS", "search_vector": "ALWAYS"}
@@ -509,6 +515,7 @@ class TestPostgreSQLIndexes:
         assert "gin (search_words" in indexes["memory_entries_search_trgm"]
         assert "gin_trgm_ops" in indexes["memory_entries_search_trgm"]
         assert mark == "memlane schema 4"
+        assert "und-x-icu" in body  # the test server has ICU: Unicode letters split right
 
     async def test_a_selective_search_uses_the_indexes(
         self, pg: PostgreSQLStore, postgres_server: Server
@@ -535,24 +542,63 @@ class TestPostgreSQLIndexes:
         assert texts(await pg.async_search(["ns"], "haystak")) == ["needle in a haystack"]
 
 
+@contextlib.asynccontextmanager
+async def fresh_database(server: Server, options: str = "") -> AsyncIterator[str]:
+    """A new database of the test server (without pg_trgm), made with ``options``; its URL."""
+    name = unique_name()
+    admin = await asyncpg.connect(server.url)
+    try:
+        await admin.execute(f'CREATE DATABASE "{name}" {options}')
+    finally:
+        await admin.close()
+    try:
+        yield server.url.rsplit("/", 1)[0] + f"/{name}"
+    finally:
+        admin = await asyncpg.connect(server.url)
+        try:
+            await admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+        finally:
+            await admin.close()
+
+
+class TestPostgreSQLWithoutICU:
+    """A database ICU cannot serve splits words by its own locale: ASCII text searches as anywhere."""
+
+    async def test_sql_ascii(self, postgres_server: Server, impl: _backend.Implementation) -> None:
+        options = "ENCODING 'SQL_ASCII' TEMPLATE template0 LC_COLLATE 'C' LC_CTYPE 'C'"
+        async with fresh_database(postgres_server, options) as url:
+            store = PostgreSQLStore(url, schema_name="mem")
+            try:
+                await store.async_save_many(
+                    "ns", [doc("user_timezone = Australia/Adelaide"), doc("get-local-time")]
+                )
+                for query, found in [
+                    ("timezone", ["user_timezone = Australia/Adelaide"]),
+                    ("ADELAIDE local", ["get-local-time", "user_timezone = Australia/Adelaide"]),
+                    ("adelaid", ["user_timezone = Australia/Adelaide"]),
+                    ("%_", []),
+                ]:
+                    assert sorted(texts(await store.async_search(["ns"], query))) == found
+            finally:
+                await store.async_close()
+            con = await asyncpg.connect(url)
+            try:
+                body = await con.fetchval(
+                    "SELECT prosrc FROM pg_proc WHERE proname = 'search_words' "
+                    "AND pronamespace = 'mem'::regnamespace"
+                )
+            finally:
+                await con.close()
+            assert "und-x-icu" not in body  # the database's own locale splits
+
+
 class TestPostgreSQLWithoutTrigrams:
     """Without pg_trgm the store warns, searches by words alone, and indexes once pg_trgm appears."""
 
     @pytest.fixture
     async def database(self, postgres_server: Server) -> AsyncIterator[str]:
-        """A fresh database (no pg_trgm) of the test server; its URL."""
-        name = unique_name()
-        admin = await asyncpg.connect(postgres_server.url)
-        try:
-            await admin.execute(f'CREATE DATABASE "{name}"')
-        finally:
-            await admin.close()
-        yield postgres_server.url.rsplit("/", 1)[0] + f"/{name}"
-        admin = await asyncpg.connect(postgres_server.url)
-        try:
-            await admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
-        finally:
-            await admin.close()
+        async with fresh_database(postgres_server) as url:
+            yield url
 
     async def test_warns_then_recovers(self, database: str, impl: _backend.Implementation) -> None:
         # With no schema on the search path, CREATE EXTENSION has nowhere to go and fails.

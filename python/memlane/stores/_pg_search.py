@@ -55,8 +55,12 @@ TRIGRAM_LOCK_ID = int.from_bytes(
 
 create_trigram = "CREATE EXTENSION IF NOT EXISTS pg_trgm"
 
+# ICU classifies Unicode letters whatever the database's locale (a "C" database's regex
+# knows ASCII letters only), but serves only UTF-8 databases.
 _HAS_ICU = (
-    "SELECT EXISTS (SELECT 1 FROM pg_collation WHERE collname = 'und-x-icu' AND collprovider = 'i')"
+    "SELECT EXISTS (SELECT 1 FROM pg_collation WHERE collname = 'und-x-icu' "
+    "AND collprovider = 'i') AND pg_encoding_to_char(d.encoding) = 'UTF8' "
+    "FROM pg_database d WHERE d.datname = current_database()"
 )
 
 
