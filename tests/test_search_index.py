@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import sys
 import threading
 from dataclasses import dataclass
 from datetime import timedelta
@@ -632,10 +633,15 @@ class TestIndexFollowsEveryWrite:
                 errors.append(exc)
 
         threads = [threading.Thread(target=writer, args=(seed,)) for seed in range(4)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        interval = sys.getswitchinterval()
+        sys.setswitchinterval(1e-6)  # threads take turns between any two bytecodes
+        try:
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+        finally:
+            sys.setswitchinterval(interval)
         assert errors == []
         searchable = [e for e in store.load("ns") if search_text(e) is not None]
         assert len(store._index) == len(searchable)

@@ -1,4 +1,5 @@
-"""InMemoryStore: entries in process memory, on the Rust table or its pure-Python twin."""
+"""InMemoryStore: entries in process memory with a search index, on the Rust structures or their
+pure-Python twins."""
 
 from __future__ import annotations
 
