@@ -223,7 +223,9 @@ class TestToken:
                 response = client.request(method, API + path, headers=headers, json={"ids": ["x"]})
                 assert response.status_code == 401
                 assert "bearer token is required" in response.json()["error"]
-        assert client.get("/memories").status_code == 401
+        refused = client.get("/memories")
+        assert refused.status_code == 401
+        assert "/memories?token=" in refused.text  # a person is told where the token is
         assert served[0].get("facts/")["total"] == 6
 
     def test_the_page_url_sets_an_http_only_cookie(

@@ -45,6 +45,10 @@ MAX_LIMIT = 500
 """The most records one page may hold."""
 
 _MAX_BODY = 1 << 20
+_SIGN_IN = (
+    "<!doctype html><title>memlane · sign in</title><p>Open the address <code>memlane serve"
+    "</code> printed, <code>/memories?token=…</code>; the token is then kept in a cookie.</p>"
+)
 _LOG = logging.getLogger("memlane.server")
 
 
@@ -170,6 +174,8 @@ class _TokenCheck(BaseHTTPMiddleware):
             return response
         reading = request.method in ("GET", "HEAD", "OPTIONS")
         if not self._valid(self._presented(request)) and (self.auth or not reading):
+            if request.url.path == "/memories":
+                return HTMLResponse(_SIGN_IN, status_code=401)
             return _error(
                 401,
                 "a bearer token is required: Authorization: Bearer <token> (memlane serve prints it)",
