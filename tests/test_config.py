@@ -51,6 +51,8 @@ class TestDefaults:
             "summarize_threshold": None,
             "summarize_in_background": False,
             "max_cached_conversations": 10_000,
+            "retain_transcript": True,
+            "conversation_ttl": None,
             "file_dir": ".memlane",
             "sqlite_path": ".memlane/memory.sqlite3",
             "postgres_url": None,

@@ -11,6 +11,9 @@ store. Every problem is a :class:`ValueError` naming the variable to fix.
 * ``MEMLANE_SUMMARIZE_IN_BACKGROUND``: summarise after ``add_turn`` returns (``false``).
 * ``MEMLANE_MAX_CACHED_CONVERSATIONS``: conversations kept in memory over a persistent store
   (``10000``).
+* ``MEMLANE_RETAIN_TRANSCRIPT``: keep summarised turns for ``get_transcript`` (``true``).
+* ``MEMLANE_CONVERSATION_TTL``: seconds a conversation may stay idle before it is gone as a
+  whole (unset: forever).
 * ``MEMLANE_FILE_DIR``: directory of the ``file`` backend (``.memlane``).
 * ``MEMLANE_SQLITE_PATH``: database file of the ``sqlite`` backend (``.memlane/memory.sqlite3``).
 * ``MEMLANE_POSTGRES_URL``: required for ``postgres``.
@@ -57,6 +60,9 @@ class MemlaneSettings(BaseSettings):
             (``None``: ``min(3072, max_conversation_tokens * 3 // 4)``).
         summarize_in_background: Whether summaries run after ``add_turn`` returns.
         max_cached_conversations: Conversations kept in memory over a persistent store.
+        retain_transcript: Keep summarised turns for ``get_transcript``.
+        conversation_ttl: Seconds a conversation may stay idle before it is gone (unset:
+            forever).
         file_dir: Directory of the ``file`` backend.
         sqlite_path: Database file of the ``sqlite`` backend.
         postgres_url: Connection URL of the ``postgres`` backend (required for it).
@@ -76,6 +82,8 @@ class MemlaneSettings(BaseSettings):
     summarize_threshold: int | None = Field(default=None, gt=0)
     summarize_in_background: bool = False
     max_cached_conversations: int = Field(default=10_000, gt=0)
+    retain_transcript: bool = True
+    conversation_ttl: float | None = Field(default=None, gt=0)
     file_dir: str = ".memlane"
     sqlite_path: str = ".memlane/memory.sqlite3"
     postgres_url: str | None = None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 
 from memlane.config import MemlaneSettings, create_store
@@ -81,6 +82,10 @@ class MemoryManager:
             in the background (see :class:`~memlane.ConversationMemory`).
         fact_scope: The scope extracted facts are remembered in (``global`` by default).
         fact_scope_id: Its id (required for every scope but ``global``).
+        retain_transcript: Keep summarised turns in the store for :meth:`get_transcript`
+            (see :class:`~memlane.ConversationMemory`).
+        conversation_ttl: Seconds (or a ``timedelta``) a conversation may stay idle before
+            it is gone as a whole, on every store (see :class:`~memlane.ConversationMemory`).
     """
 
     def __init__(
@@ -98,6 +103,8 @@ class MemoryManager:
         fact_extractor: FactExtractor | None = None,
         fact_scope: str = "global",
         fact_scope_id: str | None = None,
+        retain_transcript: bool = True,
+        conversation_ttl: float | timedelta | None = None,
     ) -> None:
         self._store: MemoryStore = _check_store(store) if store is not None else InMemoryStore()
         self._owns_store = store is None
@@ -120,6 +127,8 @@ class MemoryManager:
             summarize_in_background=summarize_in_background,
             max_cached_conversations=max_cached_conversations,
             fact_extractor=fact_extractor,
+            retain_transcript=retain_transcript,
+            conversation_ttl=conversation_ttl,
             long_term=self._long_term,
             fact_scope=fact_scope,
             fact_scope_id=fact_scope_id,
@@ -171,6 +180,8 @@ class MemoryManager:
             "summarize_threshold": settings.summarize_threshold,
             "summarize_in_background": settings.summarize_in_background,
             "max_cached_conversations": settings.max_cached_conversations,
+            "retain_transcript": settings.retain_transcript,
+            "conversation_ttl": settings.conversation_ttl,
             **kwargs,
         }
 
@@ -227,6 +238,8 @@ class MemoryManager:
         "_conversation", ConversationMemory.async_get_message_history
     )
     get_turns = _delegate("_conversation", ConversationMemory.get_turns)
+    get_transcript = _delegate("_conversation", ConversationMemory.get_transcript)
+    async_get_transcript = _delegate("_conversation", ConversationMemory.async_get_transcript)
     async_get_turns = _delegate("_conversation", ConversationMemory.async_get_turns)
     get_history_tokens = _delegate("_conversation", ConversationMemory.get_history_tokens)
     async_get_history_tokens = _delegate(
@@ -243,6 +256,10 @@ class MemoryManager:
     import_conversation = _delegate("_conversation", ConversationMemory.import_conversation)
     async_import_conversation = _delegate(
         "_conversation", ConversationMemory.async_import_conversation
+    )
+    cleanup_expired_conversations = _delegate("_conversation", ConversationMemory.cleanup_expired)
+    async_cleanup_expired_conversations = _delegate(
+        "_conversation", ConversationMemory.async_cleanup_expired
     )
     extract_facts = _delegate("_conversation", ConversationMemory.extract_facts)
     async_extract_facts = _delegate("_conversation", ConversationMemory.async_extract_facts)

@@ -20,6 +20,7 @@ import threading
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Coroutine
+from datetime import timedelta
 from typing import Any, TypeVar
 
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse
@@ -36,7 +37,7 @@ from memlane._runner import (
     run_sync,
     sync_method,
 )
-from memlane._validate import check_positive_int, check_str
+from memlane._validate import check_positive_int, check_str, check_ttl
 from memlane.conversation.plan import (
     ConversationLogic,
     NewTurn,
@@ -95,7 +96,7 @@ def _sync_reader(
 
     def method(self: ConversationMemory, conversation_id: str) -> T:
         cid = conversation_id
-        if self._persistent:
+        if self._persistent or self.conversation_ttl is not None:  # expiry needs the plan
             return run_sync(plan(self, cid), self.store)
         if type(cid) is not str or not cid or "\x00" in cid:  # the check, inline when it passes
             check_cid(cid)
@@ -204,6 +205,14 @@ class ConversationMemory(ConversationLogic):
             (required with ``fact_extractor``).
         fact_scope: The scope extracted facts are remembered in (``global`` by default).
         fact_scope_id: Its id (required for every scope but ``global``).
+        retain_transcript: Keep the turns folded into the summary in the store (their own
+            namespace, read only by :meth:`get_transcript`): turns leave the prompt, not the
+            store. ``False`` deletes them once summarised.
+        conversation_ttl: Seconds (or a ``timedelta``) a conversation may stay idle: one
+            without a new turn for that long is gone as a whole — turns, summary, transcript
+            — on every store, for every host sharing it; reading it afterwards is reading an
+            unknown id, and a new turn starts it afresh. ``None`` (the default): forever.
+            :meth:`cleanup_expired` reclaims the space of those nobody read since.
 
     Raises:
         TypeError: A budget that is not an ``int``, or a summarizer that is not callable.
@@ -225,8 +234,17 @@ class ConversationMemory(ConversationLogic):
         long_term: Any = None,
         fact_scope: str = "global",
         fact_scope_id: str | None = None,
+        retain_transcript: bool = True,
+        conversation_ttl: float | timedelta | None = None,
     ) -> None:
         self.max_tokens = check_positive_int(max_tokens, "max_tokens")
+        ttl = check_ttl(conversation_ttl, "conversation_ttl")
+        self.conversation_ttl = None if ttl is None else ttl.total_seconds()
+        if not isinstance(retain_transcript, bool):
+            raise TypeError(
+                f"retain_transcript must be bool, not {type(retain_transcript).__name__}"
+            )
+        self.retain_transcript = retain_transcript
         self.fact_extractor, self.long_term = _check_extraction(fact_extractor, long_term)
         self.fact_scope, self.fact_scope_id = fact_scope, fact_scope_id
         if fact_extractor is not None:
@@ -344,7 +362,12 @@ class ConversationMemory(ConversationLogic):
             self._check_metadata(metadata),
             self._count(prompt, response, messages),
         )
-        if not self._persistent and self.summarizer is None and self.fact_extractor is None:
+        if (
+            not self._persistent
+            and self.summarizer is None
+            and self.fact_extractor is None
+            and self.conversation_ttl is None
+        ):
             turn = self._add_turn_now(new)
             if turn is not None:
                 return Done(turn)
@@ -361,6 +384,28 @@ class ConversationMemory(ConversationLogic):
     get_turns, async_get_turns = _readers("get_turns", _turns)
     get_total_tokens, async_get_total_tokens = _readers("get_total_tokens", _total)
     get_summary, async_get_summary = _readers("get_summary", _summary)
+
+    def _cleanup_expired(self) -> Plan[int]:
+        """Removes every conversation idle past ``conversation_ttl``; how many.
+
+        Reads already treat such a conversation as gone; this reclaims the store's space for
+        those nobody asked about since (their turns, summary and transcript).
+        """
+        return (yield from self._cleanup_plan())
+
+    cleanup_expired = sync_method(_cleanup_expired)
+    async_cleanup_expired = async_method(_cleanup_expired)
+
+    def _get_transcript(self, conversation_id: str) -> Plan[list[ConversationTurn]]:
+        """Every turn ever added to a conversation, oldest first: those folded into the summary
+        (kept with ``retain_transcript=True``, the default) and those still kept. ``[]`` for
+        an unknown id, as :meth:`get_turns`."""
+        cid = check_cid(conversation_id)
+        yield from self._locked(cid)
+        return (yield from self._transcript_plan(cid))
+
+    get_transcript = sync_method(_get_transcript)
+    async_get_transcript = async_method(_get_transcript)
 
     def _conversation_ids(self) -> Plan[list[str]]:
         """Ids of every known conversation (in this process and in the store)."""

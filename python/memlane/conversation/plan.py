@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any, NamedTuple, TypeVar
 
 from pydantic_ai.messages import ModelMessage
@@ -32,6 +34,8 @@ from memlane.conversation.snapshot import ParsedSnapshot
 from memlane.conversation.state import (
     INDEX_NAMESPACE,
     LOG_STOP,
+    TRANSCRIPT_PREFIX,
+    TRANSCRIPT_STOP,
     ConversationState,
     apply_event,
     index_entry,
@@ -40,6 +44,8 @@ from memlane.conversation.state import (
     new_ledger,
     restore,
     summary_entry,
+    transcript_entry,
+    transcript_namespace,
     turn_entry,
 )
 from memlane.errors import ConversationNotFoundError
@@ -118,6 +124,8 @@ class ConversationLogic:
     estimator: TokenEstimator
     summarizer: Summarizer | None
     summarize_in_background: bool
+    retain_transcript: bool
+    conversation_ttl: float | None  # seconds a conversation may stay idle; None: forever
     max_cached_conversations: int
     fact_extractor: Any  # a memlane.longterm.FactExtractor (apply / async_apply), or None
     long_term: Any  # the LongTermMemory extracted facts are remembered in
@@ -171,29 +179,72 @@ class ConversationLogic:
         persisted the cache is the store.
         """
         state = self._states.get(cid)
+        if state is not None and state.expires_at is not None and state.expires_at <= time.time():
+            state = yield from self._still_alive_plan(cid, state)
         if not self._persistent:
             if state is None and create:
                 state = self._states[cid] = ConversationState(new_ledger(self.max_tokens))
+                yield from self._touch_plan(cid, state)
             return state
         if state is None:
             return (yield from self._load_plan(cid, create=create))
         self._states.move_to_end(cid)
         return (yield from self._catch_up_plan(cid, state))
 
+    def _still_alive_plan(
+        self, cid: str, state: ConversationState
+    ) -> Plan[ConversationState | None]:
+        """``state`` if the conversation is not idle past its ttl after all, else ``None``
+        (and it is gone from the store). Another host may have kept it alive: its index
+        entry, which every turn saves again, says."""
+        if self._persistent:
+            index: MemoryEntry | None = yield StoreCall("load_by_key", (INDEX_NAMESPACE, cid))
+            if index is not None:
+                state.expires_at = (
+                    None if index.expires_at is None else index.expires_at.timestamp()
+                )
+                return state
+        yield from self._expire_plan(cid)
+        return None
+
+    def _expire_plan(self, cid: str) -> Plan[None]:
+        """Removes a conversation idle past its ttl: turns, summary, transcript, index entry."""
+        yield from self._clear_plan(cid)
+        if self._persistent:  # an expired index entry is not loadable, but deletable by id
+            yield StoreCall("delete", (INDEX_NAMESPACE, index_entry(cid).entry_id))
+
+    def _touch_plan(self, cid: str, state: ConversationState) -> Plan[None]:
+        """Pushes the conversation's expiry a ttl past now (nothing without a ttl)."""
+        if self.conversation_ttl is None:
+            return
+        now = time.time()
+        state.expires_at = now + self.conversation_ttl
+        if self._persistent:
+            until = datetime.fromtimestamp(state.expires_at, UTC)
+            yield StoreCall("save", (INDEX_NAMESPACE, index_entry(cid, until)))
+
     def _load_plan(self, cid: str, *, create: bool) -> Plan[ConversationState | None]:
         """Loads a conversation from the store and caches it (created if asked)."""
         ns = namespace(cid)
         entries: list[MemoryEntry] = yield StoreCall("load", (ns,))
-        known = (
-            bool(entries) or (yield StoreCall("load_by_key", (INDEX_NAMESPACE, cid))) is not None
-        )
+        index: MemoryEntry | None = None
+        if self.conversation_ttl is not None or not entries:
+            index = yield StoreCall("load_by_key", (INDEX_NAMESPACE, cid))
+        if self.conversation_ttl is not None and entries and index is None:
+            # Idle past its ttl (its index entry expired): what is left of it goes.
+            yield from self._expire_plan(cid)
+            entries = []
+        known = bool(entries) or index is not None
         if not known and not create:
             return None
         state, leftovers = restore(entries, self.max_tokens)
         for entry_id in leftovers:
             yield StoreCall("delete", (ns, entry_id))
+        if index is not None and index.expires_at is not None:
+            state.expires_at = index.expires_at.timestamp()
         if not known:
             yield StoreCall("save", (INDEX_NAMESPACE, index_entry(cid)))
+            yield from self._touch_plan(cid, state)
         self._keep(cid, state)
         return state
 
@@ -259,6 +310,7 @@ class ConversationLogic:
             turn = self._next_turn(state, new)
             entry_id = ""
         state.append(turn, entry_id, default_messages=new.messages is None)
+        yield from self._touch_plan(cid, state)
         if self.fact_extractor is not None:
             yield from self._extract_plan(cid, state, state.first_in_history)
         if self._eviction_count(state):
@@ -423,6 +475,11 @@ class ConversationLogic:
             at = utc_now()
             if self.fact_extractor is not None:  # the turns leave the history now, if not before
                 yield from self._extract_plan(cid, state, summarized + count)
+            if self.retain_transcript:
+                # Kept before the summary commits: a crash between leaves transcript turns
+                # that are still retained too, which get_transcript tells apart by id.
+                kept = [transcript_entry(state.turn(i)) for i in range(count)]
+                yield StoreCall("save_many", (transcript_namespace(cid), kept))
             if not self._persistent:
                 state.evict(count)
                 state.summarized_turns += count
@@ -510,6 +567,8 @@ class ConversationLogic:
 
     def _clear_plan(self, cid: str) -> Plan[None]:
         self._states.pop(cid, None)
+        if self.retain_transcript or self._persistent:
+            yield StoreCall("clear", (transcript_namespace(cid),))
         if not self._persistent:
             return
         yield StoreCall("clear", (namespace(cid),))
@@ -517,12 +576,76 @@ class ConversationLogic:
         if index is not None:
             yield StoreCall("delete", (INDEX_NAMESPACE, index.entry_id))
 
-    def _ids_plan(self) -> Plan[list[str]]:
+    def _cleanup_plan(self) -> Plan[int]:
+        """Expires every conversation idle past the ttl, each under its own lock."""
+        if self.conversation_ttl is None:
+            return 0
+        now = time.time()
         if not self._persistent:
-            return list(self._states)
+            candidates = [
+                cid
+                for cid, state in self._states.items()
+                if state.expires_at is not None and state.expires_at <= now
+            ]
+        else:
+            names: list[str] = yield StoreCall("namespaces", ())
+            alive = set((yield from self._ids_plan()))
+            candidates = []
+            for name in names:
+                for prefix in (namespace(""), transcript_namespace("")):
+                    if name.startswith(prefix) and name[len(prefix) :] not in alive:
+                        candidates.append(name[len(prefix) :])
+            candidates = list(dict.fromkeys(candidates))
+        removed = 0
+        for cid in candidates:
+            lock = yield from self._locked(cid)
+            state = self._states.get(cid)
+            if state is not None and self._persistent:
+                state.expires_at = 0.0  # make the next check ask the store
+            if state is None and self._persistent:
+                index: MemoryEntry | None = yield StoreCall("load_by_key", (INDEX_NAMESPACE, cid))
+                gone = index is None
+            elif state is not None:
+                gone = (yield from self._still_alive_plan(cid, state)) is None
+            else:
+                gone = False
+            if gone:
+                if state is None:
+                    yield from self._expire_plan(cid)
+                removed += 1
+            yield Release(lock)
+        return removed
+
+    def _transcript_plan(self, cid: str) -> Plan[list[ConversationTurn]]:
+        """Every turn of a conversation ever added, oldest first (``[]``: unknown id)."""
+        state = yield from self._coherent_plan(cid, create=False)
+        if state is None:
+            return []
+        entries: list[MemoryEntry] = yield StoreCall(
+            "load_range", (transcript_namespace(cid), TRANSCRIPT_PREFIX, TRANSCRIPT_STOP)
+        )
+        # Only the turns the conversation no longer keeps: the others come from the state.
+        gone = [
+            ConversationTurn.model_validate(e.content)
+            for e in entries
+            if int(e.key[len(TRANSCRIPT_PREFIX) :]) < state.summarized_turns  # type: ignore[index]
+        ]
+        return [*gone, *state.turns()]
+
+    def _ids_plan(self) -> Plan[list[str]]:
+        now = time.time()
+        cached = [
+            cid
+            for cid, state in self._states.items()
+            if state.expires_at is None or state.expires_at > now
+        ]
+        if not self._persistent:
+            return cached
         entries: list[MemoryEntry] = yield StoreCall("load", (INDEX_NAMESPACE,))
         stored = [e.key for e in entries if e.key is not None]
-        return list(dict.fromkeys([*stored, *self._states]))
+        if self.conversation_ttl is not None:  # the store's index knows every host's activity
+            return list(dict.fromkeys(stored))
+        return list(dict.fromkeys([*stored, *cached]))
 
     # ------------------------------------------------------------------ import
 
@@ -560,4 +683,5 @@ class ConversationLogic:
             state.head = len(events)
         for (turn, given), entry_id in zip(snapshot.turns, ids, strict=True):
             state.append(turn, entry_id, default_messages=not given)
+        yield from self._touch_plan(cid, state)
         return cid

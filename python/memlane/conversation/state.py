@@ -71,6 +71,30 @@ def namespace(conversation_id: str) -> str:
     return f"conversation:{conversation_id}"
 
 
+def transcript_namespace(conversation_id: str) -> str:
+    """The store namespace of the turns a conversation no longer keeps (its transcript)."""
+    return f"transcript:{conversation_id}"
+
+
+TRANSCRIPT_PREFIX = "turn:"
+TRANSCRIPT_STOP = "turn;"  # the first key after every "turn:..." key
+
+
+def transcript_entry(turn: ConversationTurn) -> MemoryEntry:
+    """A turn as the transcript keeps it, keyed by its id: writing it twice is harmless."""
+    return MemoryEntry.model_construct(
+        entry_id=uuid.uuid4().hex,
+        scope=MemoryScope.CONVERSATION,
+        key=f"{TRANSCRIPT_PREFIX}{turn.turn_id:0{_SEQ_DIGITS}d}",
+        content=turn.model_dump(mode="json"),
+        metadata={"kind": "transcript"},
+        created_at=turn.timestamp,
+        expires_at=None,
+        importance=0.5,
+        version=0,
+    )
+
+
 def new_ledger(max_tokens: int) -> BudgetLedger:
     """A budget ledger of the active implementation."""
     return _backend.active.BudgetLedger(max_tokens)
@@ -92,6 +116,7 @@ class ConversationState:
 
     __slots__ = (
         "entry_ids",
+        "expires_at",
         "extracted_upto",
         "head",
         "ledger",
@@ -118,6 +143,9 @@ class ConversationState:
         self.summary_entry_id: str | None = None  # the stored summary, once there is one
         self.head = 0  # the next log sequence number (persistent stores)
         self.extracted_upto = 0  # turns below this id went to the fact extractor
+        # Unix seconds after which the conversation is idle past its ttl, as far as this
+        # process knows (another host may have kept it alive since): None without a ttl.
+        self.expires_at: float | None = None
 
     @property
     def first_in_history(self) -> int:
@@ -259,8 +287,13 @@ def summary_entry(
     )
 
 
-def index_entry(conversation_id: str) -> MemoryEntry:
-    """The entry that lists a conversation in :data:`INDEX_NAMESPACE`."""
+def index_entry(conversation_id: str, expires_at: datetime | None = None) -> MemoryEntry:
+    """The entry that lists a conversation in :data:`INDEX_NAMESPACE`.
+
+    Its id is derived from the conversation id, so an expired one (which no load returns)
+    can still be deleted. With a ``conversation_ttl`` it expires when the conversation has
+    been idle that long: every turn saves it again, later.
+    """
     return MemoryEntry.model_construct(
         entry_id=uuid.uuid5(uuid.NAMESPACE_URL, f"memlane:{conversation_id}").hex,
         scope=MemoryScope.CONVERSATION,
@@ -268,7 +301,7 @@ def index_entry(conversation_id: str) -> MemoryEntry:
         content={"conversation_id": conversation_id},
         metadata={},
         created_at=utc_now(),
-        expires_at=None,
+        expires_at=expires_at,
         importance=0.5,
         version=0,
     )
