@@ -6,9 +6,9 @@ cd "$(dirname "$0")/.."
 VENV=${MEMLANE_VENV:-.venv}
 
 echo "== ruff check"
-"$VENV/bin/ruff" check python tests benches
+"$VENV/bin/ruff" check python tests benches examples
 echo "== ruff format --check"
-"$VENV/bin/ruff" format --check python tests benches
+"$VENV/bin/ruff" format --check python tests benches examples
 echo "== mypy --strict (package and tests)"
 "$VENV/bin/mypy"
 echo "== cargo fmt --check"
