@@ -268,6 +268,25 @@ class TestInspecting:
         assert cli.json("purge-expired") == {"removed": 0}
 
 
+class TestProgress:
+    """A progress bar is drawn on a terminal's standard error, and nothing when it is piped."""
+
+    def test_terminal_and_pipe(self) -> None:
+        class Terminal(io.StringIO):
+            def isatty(self) -> bool:
+                return True
+
+        drawn = Terminal()
+        with Output(stream=io.StringIO(), err=drawn).progress("importing", 3) as advance:
+            for _ in range(3):
+                advance(1)
+        assert "importing" in drawn.getvalue()
+        piped = io.StringIO()
+        with Output(stream=io.StringIO(), err=piped).progress("importing", 3) as advance:
+            advance(1)
+        assert piped.getvalue() == ""
+
+
 class TestExportImport:
     """A snapshot exported from one store imports into another, keeping its id unless --as."""
 
@@ -410,6 +429,14 @@ class TestStoreErrors:
             assert err.startswith("memlane: error: "), err
             assert message in err
             assert len(err.splitlines()) == 1
+
+    def test_no_store_at_all(
+        self, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        monkeypatch.delenv("MEMLANE_BACKEND", raising=False)
+        assert "no store given: pass --store" in in_process_error(capsys, "facts")
+        assert main(["facts", "--store", "memory://", "--json"]) == 0
+        assert json.loads(capsys.readouterr().out) == []
 
     def test_an_unreachable_database_server(self, capsys: pytest.CaptureFixture[str]) -> None:
         url = "postgresql://memlane@127.0.0.1:9/nowhere"

@@ -9,6 +9,7 @@ schema) still applies.
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -85,7 +86,11 @@ def open_manager(args: argparse.Namespace, *, create: bool = False) -> Iterator[
     Raises:
         CliError: The store is missing, unusable or unreachable.
     """
-    settings = settings_for(getattr(args, "store", None))
+    url = getattr(args, "store", None)
+    if url is None and not any(name.upper() == "MEMLANE_BACKEND" for name in os.environ):
+        # memlane's own default, a fresh in-memory store, holds nothing worth inspecting.
+        raise CliError(f"no store given: pass --store ({STORE_HELP}) or set MEMLANE_BACKEND")
+    settings = settings_for(url)
     where = describe_store(settings)
     path = {"sqlite": settings.sqlite_path, "file": settings.file_dir}.get(settings.backend)
     if path is not None:
