@@ -196,6 +196,18 @@ class TestListing:
         hits = api.get("search/", q="weather")["items"]
         assert [(h["type"], h["id"]) for h in hits] == [("procedure", filled.procedure_id)]
 
+    def test_turns_over_the_budget_are_marked_not_sent(self) -> None:
+        manager = MemoryManager(max_conversation_tokens=40)  # no summarizer: turns wait
+        for n in range(6):
+            manager.add_turn("c1", f"question number {n} about the trip", f"answer number {n}")
+        with TestClient(create_app(manager, token=TOKEN)) as client:
+            detail = Api(client).get("conversations/c1")
+        sent = [m["sent"] for m in detail["messages"]]
+        assert len(sent) == 6
+        assert sent == sorted(sent)  # the oldest wait, the newest are sent
+        assert 0 < detail["sent_turns"] == sum(sent) < 6
+        assert detail["history_tokens"] <= detail["budget"] == 40
+
     def test_openapi_lists_every_route(self, served: tuple[Api, Filled, MemoryManager]) -> None:
         api = served[0]
         schema = api.get("openapi.json")

@@ -23,6 +23,8 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from typing import Any, Literal
 
+from pydantic_ai.messages import ModelRequest, UserPromptPart
+
 from memlane._validate import check_identifier
 from memlane.errors import ConversationNotFoundError
 from memlane.longterm import Episode, Fact, FactScope, LongTermMemory, MemoryUser, Procedure
@@ -235,8 +237,18 @@ class Records:
         if cid not in memory.conversation_ids:
             raise ConversationNotFoundError(f"no conversation {cid!r}")
         row = self._conversation_row(cid)
+        history = memory.get_message_history(cid)
+        # The newest turns that fit the budget are sent whole; older kept ones wait for the
+        # summary. Each sent turn opens with the request holding its user prompt.
+        row["sent_turns"] = sum(
+            any(isinstance(part, UserPromptPart) for part in message.parts)
+            for message in history
+            if isinstance(message, ModelRequest)
+        )
         row["summary"] = memory.get_summary(cid)
         row["summary_tokens"] = memory.estimator.estimate(row["summary"] or "")
+        turns = memory.get_turns(cid)
+        first_sent = len(turns) - row["sent_turns"]
         row["messages"] = [
             {
                 "turn_id": t.turn_id,
@@ -244,8 +256,9 @@ class Records:
                 "assistant": t.assistant_response,
                 "tokens": t.token_estimate,
                 "timestamp": t.timestamp.isoformat(),
+                "sent": n >= first_sent,
             }
-            for t in memory.get_turns(cid)
+            for n, t in enumerate(turns)
         ]
         return row
 

@@ -65,8 +65,10 @@ def show(args: argparse.Namespace, out: Output) -> int:
         for line in data["summary"].splitlines():
             out.text(f"  {line}")
     for turn in data["messages"]:
+        sent = "" if turn["sent"] else "  (kept, not sent: over the budget until summarised)"
         out.text(
-            f"[turn {turn['turn_id']}] {turn['tokens']} tokens  {turn['timestamp']}", style="dim"
+            f"[turn {turn['turn_id']}] {turn['tokens']} tokens  {turn['timestamp']}{sent}",
+            style="dim",
         )
         out.text(f"  user:      {turn['user']}", style="cyan")
         out.text(f"  assistant: {turn['assistant']}", style="green")
