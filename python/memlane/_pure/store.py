@@ -193,7 +193,8 @@ CREATE VIRTUAL TABLE memory_search USING fts5(
     text, tokenize = "unicode61 remove_diacritics 0 categories 'L* N*'"
 );
 CREATE TRIGGER memory_search_insert AFTER INSERT ON memory_entries
-WHEN json_type(iif(json_valid(new.metadata), new.metadata, NULL), '$.search_text') = 'text'
+WHEN json_type(CASE WHEN json_valid(new.metadata) THEN new.metadata END, '$.search_text')
+    = 'text'
 BEGIN
     INSERT INTO memory_search (rowid, text)
     VALUES (new.seq, json_extract(new.metadata, '$.search_text'));
@@ -208,11 +209,12 @@ BEGIN
     DELETE FROM memory_search WHERE rowid = old.seq;
     INSERT INTO memory_search (rowid, text)
     SELECT new.seq, json_extract(new.metadata, '$.search_text')
-    WHERE json_type(iif(json_valid(new.metadata), new.metadata, NULL), '$.search_text') = 'text';
+    WHERE json_type(CASE WHEN json_valid(new.metadata) THEN new.metadata END, '$.search_text')
+        = 'text';
 END;
 INSERT INTO memory_search (rowid, text)
 SELECT seq, json_extract(metadata, '$.search_text') FROM memory_entries
-WHERE json_type(iif(json_valid(metadata), metadata, NULL), '$.search_text') = 'text';
+WHERE json_type(CASE WHEN json_valid(metadata) THEN metadata END, '$.search_text') = 'text';
 """
 """The search index, its triggers and its back-fill, run once per file in the transaction
 that finds the index missing (a file made before it existed gets it, filled, on open).

@@ -91,8 +91,10 @@ class SQLiteStore(LocalStore):
     :meth:`search` ranks entries by their ``metadata["search_text"]`` from an FTS5 index that
     triggers in the file keep in step with every write. A file written before versions or
     the index existed is migrated when opened (its entries at version 0, its search texts
-    indexed), once, whichever process gets there first. The ``async_`` methods run in a
-    worker thread.
+    indexed), once, whichever process gets there first. The index needs SQLite's FTS5 and
+    JSON functions: the Rust table bundles an SQLite with both, and the pure-Python one uses
+    the interpreter's ``sqlite3``, whose usual builds have them. The ``async_`` methods run
+    in a worker thread.
 
     Args:
         path: The database file; it and its parent directories are created if missing.
