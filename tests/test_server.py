@@ -261,8 +261,12 @@ class TestToken:
     def test_no_auth_reads_but_never_deletes(self) -> None:
         manager = MemoryManager(long_term=True)
         fill(manager)
-        with TestClient(create_app(manager, token=TOKEN, auth=False)) as client:
+        app = create_app(manager, token=TOKEN, auth=False)
+        with TestClient(app, base_url="http://127.0.0.1:8765") as client:
             assert client.get(API + "facts/").json()["total"] == 6
+            # A page elsewhere rebinding its name to 127.0.0.1 still sends that name.
+            rebound = client.get(API + "facts/", headers={"Host": "evil.example"})
+            assert rebound.status_code == 400
             body = {"ids": ["global:timezone"]}
             assert client.post(API + "facts/batch-delete/", json=body).status_code == 401
             response = client.post(API + "facts/batch-delete/", json=body, headers=AUTH)

@@ -25,6 +25,7 @@ from typing import Any
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
@@ -45,6 +46,7 @@ MAX_LIMIT = 500
 """The most records one page may hold."""
 
 _MAX_BODY = 1 << 20
+_LOOPBACK_NAMES = ["127.0.0.1", "localhost", "::1", "[::1]"]
 _SIGN_IN = (
     "<!doctype html><title>memlane · sign in</title><p>Open the address <code>memlane serve"
     "</code> printed, <code>/memories?token=…</code>; the token is then kept in a cookie.</p>"
@@ -191,7 +193,8 @@ def create_app(manager: MemoryManager, *, token: str | None = None, auth: bool =
         token: The bearer token; a new random one when ``None`` (read it from
             ``app.state.token``).
         auth: ``False`` lets reads through without the token; changes still need it. Only
-            for an app bound to loopback (``memlane serve`` enforces that).
+            for an app bound to loopback (``memlane serve`` enforces that); requests must
+            then name a loopback host (``Host: 127.0.0.1``, ``localhost``, ``[::1]``).
 
     Returns:
         The Starlette application.
@@ -335,9 +338,14 @@ def create_app(manager: MemoryManager, *, token: str | None = None, auth: bool =
     async def not_allowed(request: Request, exc: Exception) -> Response:
         return _error(405, f"{request.method} is not allowed on {request.url.path}")
 
+    middleware = [Middleware(_TokenCheck, token=chosen, auth=auth)]
+    if not auth:
+        # Reads without a token are for this machine only: a page elsewhere that rebinds its
+        # own host name to 127.0.0.1 still sends that name, and is refused.
+        middleware.insert(0, Middleware(TrustedHostMiddleware, allowed_hosts=_LOOPBACK_NAMES))
     app = Starlette(
         routes=routes,
-        middleware=[Middleware(_TokenCheck, token=chosen, auth=auth)],
+        middleware=middleware,
         exception_handlers={404: not_found, 405: not_allowed},
     )
     app.state.token = chosen
