@@ -54,7 +54,9 @@ __all__ = [
 ]
 
 Message = dict[str, Any]
-_FIRST_READ = 64  # messages per feed a budgeted view reads first; it reads 4x more if short
+# Messages per feed a budgeted view reads first; 4x more each time the answer needs more.
+# Small, so a tight budget over a large job reads about what it shows.
+_FIRST_READ = 16
 _estimator: TokenEstimator | None = None
 
 
@@ -202,13 +204,9 @@ class _ViewMemory(BaseMemory):
         if spec.global_:
             feeds.append("global")
         want = limit if max_tokens is None else max(limit or 0, _FIRST_READ)
-        tokens: dict[int, int] = {}
 
         def count(message: Message) -> int:
-            found = tokens.get(id(message))
-            if found is None:
-                found = tokens[id(message)] = message_tokens(message, self.token_estimator)
-            return found
+            return message_tokens(message, self.token_estimator)
 
         while True:
             reads = await asyncio.gather(*(self._read(feed, spec, want) for feed in feeds))
