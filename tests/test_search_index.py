@@ -486,6 +486,18 @@ class TestQueriesAreData:
         assert len(store.load("ns")) == len(texts)
 
 
+class TestAnyText:
+    """Any ``str`` is a namespace, id or text: casefolding applies, lone surrogates are kept."""
+
+    def test_unicode(self, store: InMemoryStore) -> None:
+        entry = doc("Café \ud800x ǅungla Straße", entry_id="\udcff")
+        store.save("\ud800", entry)
+        hits = store.search(["\ud800"], "CAFÉ X strasse dž")
+        assert ids(hits) == ["\udcff"]
+        assert same_hits(hits, reference(store, "\ud800", "CAFÉ X strasse dž"))
+        assert store.search(["\udbff"], "café") == []
+
+
 class TestFilters:
     """Expiry, importance, limit and namespaces filter hits; statistics count what is indexed."""
 
