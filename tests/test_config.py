@@ -53,6 +53,8 @@ class TestDefaults:
             "max_cached_conversations": 10_000,
             "retain_transcript": True,
             "conversation_ttl": None,
+            "short_term_strategy": None,
+            "long_term_strategy": None,
             "file_dir": ".memlane",
             "sqlite_path": ".memlane/memory.sqlite3",
             "postgres_url": None,

@@ -14,6 +14,10 @@ store. Every problem is a :class:`ValueError` naming the variable to fix.
 * ``MEMLANE_RETAIN_TRANSCRIPT``: keep summarised turns for ``get_transcript`` (``true``).
 * ``MEMLANE_CONVERSATION_TTL``: seconds a conversation may stay idle before it is gone as a
   whole (unset: forever).
+* ``MEMLANE_SHORT_TERM_STRATEGY``: JSON of the short-term strategies, e.g.
+  ``{"memory_strategy_id": "max_tokens", "memory_max_tokens": 8000}`` (unset: the budget).
+* ``MEMLANE_LONG_TERM_STRATEGY``: JSON of the long-term strategy, e.g.
+  ``{"long_term_memory_id": "neuralyzer", "interaction_threshold_qty": 20}``.
 * ``MEMLANE_FILE_DIR``: directory of the ``file`` backend (``.memlane``).
 * ``MEMLANE_SQLITE_PATH``: database file of the ``sqlite`` backend (``.memlane/memory.sqlite3``).
 * ``MEMLANE_POSTGRES_URL``: required for ``postgres``.
@@ -63,6 +67,8 @@ class MemlaneSettings(BaseSettings):
         retain_transcript: Keep summarised turns for ``get_transcript``.
         conversation_ttl: Seconds a conversation may stay idle before it is gone (unset:
             forever).
+        short_term_strategy: JSON of the short-term strategies (one object or a list).
+        long_term_strategy: JSON of the long-term strategy.
         file_dir: Directory of the ``file`` backend.
         sqlite_path: Database file of the ``sqlite`` backend.
         postgres_url: Connection URL of the ``postgres`` backend (required for it).
@@ -84,6 +90,8 @@ class MemlaneSettings(BaseSettings):
     max_cached_conversations: int = Field(default=10_000, gt=0)
     retain_transcript: bool = True
     conversation_ttl: float | None = Field(default=None, gt=0)
+    short_term_strategy: str | None = None
+    long_term_strategy: str | None = None
     file_dir: str = ".memlane"
     sqlite_path: str = ".memlane/memory.sqlite3"
     postgres_url: str | None = None
@@ -109,6 +117,20 @@ class MemlaneSettings(BaseSettings):
     @classmethod
     def _mongo_name(cls, value: str) -> str:
         return check_mongo_name(value, "value")
+
+    @field_validator("short_term_strategy", "long_term_strategy")
+    @classmethod
+    def _strategy_json(cls, value: str | None, info: Any) -> str | None:
+        # Loaded once here so bad JSON is reported against its variable, not deep inside.
+        if value is not None:
+            from memlane.strategies import load_long_term, load_short_term
+
+            load = load_short_term if info.field_name == "short_term_strategy" else load_long_term
+            try:
+                load(value)
+            except ValidationError as exc:
+                raise ValueError(str(exc).replace("\n", " ")) from None
+        return value
 
     @model_validator(mode="after")
     def _backend_needs(self) -> MemlaneSettings:

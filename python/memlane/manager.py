@@ -12,6 +12,7 @@ from memlane.config import MemlaneSettings, create_store
 from memlane.conversation import ConversationMemory, Summarizer
 from memlane.longterm import FactExtractor, LongTermMemory
 from memlane.stores import InMemoryStore, MemoryStore
+from memlane.strategies import LongTermStrategy
 from memlane.tokens import TokenEstimator
 from memlane.working import WorkingMemory
 
@@ -86,6 +87,10 @@ class MemoryManager:
             (see :class:`~memlane.ConversationMemory`).
         conversation_ttl: Seconds (or a ``timedelta``) a conversation may stay idle before
             it is gone as a whole, on every store (see :class:`~memlane.ConversationMemory`).
+        short_term: Short-term strategies of every conversation (see
+            :class:`~memlane.ConversationMemory`).
+        long_term_strategy: A summarizer or neuralyzer strategy (see
+            :class:`~memlane.ConversationMemory`); also accepted as ``long_term``.
     """
 
     def __init__(
@@ -99,15 +104,22 @@ class MemoryManager:
         estimator: TokenEstimator | None = None,
         summarize_in_background: bool = False,
         max_cached_conversations: int = 10_000,
-        long_term: bool | LongTermMemory = False,
+        long_term: bool | LongTermMemory | LongTermStrategy | dict[str, Any] | str = False,
         fact_extractor: FactExtractor | None = None,
         fact_scope: str = "global",
         fact_scope_id: str | None = None,
         retain_transcript: bool = True,
         conversation_ttl: float | timedelta | None = None,
+        short_term: Any = None,
+        long_term_strategy: Any = None,
     ) -> None:
         self._store: MemoryStore = _check_store(store) if store is not None else InMemoryStore()
         self._owns_store = store is None
+        if not isinstance(long_term, bool | LongTermMemory):
+            # A long-term strategy (or its JSON) given as long_term, as platforms name it.
+            if long_term_strategy is not None:
+                raise TypeError("pass the long-term strategy as long_term or long_term_strategy")
+            long_term_strategy, long_term = long_term, False
         if isinstance(long_term, LongTermMemory):
             self._long_term: LongTermMemory | None = long_term
         elif isinstance(long_term, bool):
@@ -115,7 +127,7 @@ class MemoryManager:
             wanted = long_term or fact_extractor is not None
             self._long_term = LongTermMemory(self._store) if wanted else None
         else:
-            raise TypeError(
+            raise TypeError(  # pragma: no cover  # every other value is a strategy above
                 f"long_term must be bool or LongTermMemory, not {type(long_term).__name__}"
             )
         self._conversation = ConversationMemory(
@@ -129,6 +141,8 @@ class MemoryManager:
             fact_extractor=fact_extractor,
             retain_transcript=retain_transcript,
             conversation_ttl=conversation_ttl,
+            short_term=short_term,
+            long_term_strategy=long_term_strategy,
             long_term=self._long_term,
             fact_scope=fact_scope,
             fact_scope_id=fact_scope_id,
@@ -182,6 +196,8 @@ class MemoryManager:
             "max_cached_conversations": settings.max_cached_conversations,
             "retain_transcript": settings.retain_transcript,
             "conversation_ttl": settings.conversation_ttl,
+            "short_term": settings.short_term_strategy,
+            "long_term_strategy": settings.long_term_strategy,
             **kwargs,
         }
 

@@ -47,8 +47,15 @@ from memlane.conversation.plan import (
 )
 from memlane.conversation.snapshot import export_snapshot, parse_snapshot
 from memlane.conversation.state import ConversationState, namespace
+from memlane.conversation.strategies import (
+    DensitySummarizer,
+    check_long_term,
+    check_short_term,
+    short_term_view,
+)
 from memlane.stores import InMemoryStore, MemoryStore
 from memlane.stores.protocol import dumps_json
+from memlane.strategies import SummarizerStrategy
 from memlane.tokens import TokenEstimator
 from memlane.types import ConversationTurn
 
@@ -85,7 +92,7 @@ def _check_extraction(fact_extractor: Any, long_term: Any) -> tuple[Any, Any]:
 
 def _sync_reader(
     plan: Callable[[Any, str], Plan[T]],
-    read: Callable[[ConversationState | None], T],
+    read: Callable[[Any, ConversationState | None], T],
 ) -> Callable[[Any, str], T]:
     """The blocking reader of plan ``plan``, which returns ``read(state)``.
 
@@ -101,47 +108,56 @@ def _sync_reader(
         if type(cid) is not str or not cid or "\x00" in cid:  # the check, inline when it passes
             check_cid(cid)
         with self._locks[cid]:
-            return read(self._states.get(cid))
+            return read(self, self._states.get(cid))
 
     return describe(method, plan, sync=True)
 
 
-def _history(state: ConversationState | None) -> list[ModelMessage]:
+def _history(memory: ConversationMemory, state: ConversationState | None) -> list[ModelMessage]:
     """The messages to send with the next request: summary first, then whole recent turns.
 
-    The estimates of what is returned sum to at most ``max_tokens``. An unknown conversation
-    has an empty history.
+    The estimates of what is returned sum to at most ``max_tokens``. With ``short_term``
+    strategies, the interactions (turns) they choose, as they send them. An unknown
+    conversation has an empty history.
     """
-    return [] if state is None else state.history()
+    if state is None:
+        return []
+    if memory.short_term:
+        return short_term_view(memory.short_term, state, memory._count_messages)[0]
+    return state.history()
 
 
-def _tokens(state: ConversationState | None) -> int:
+def _tokens(memory: ConversationMemory, state: ConversationState | None) -> int:
     """Estimated tokens of :meth:`get_message_history` (summary included)."""
-    return 0 if state is None else state.history_tokens
+    if state is None:
+        return 0
+    if memory.short_term:
+        return short_term_view(memory.short_term, state, memory._count_messages)[1]
+    return state.history_tokens
 
 
-def _turns(state: ConversationState | None) -> list[ConversationTurn]:
-    """Retained turns (not yet summarised), oldest first."""
+def _turns(memory: ConversationMemory, state: ConversationState | None) -> list[ConversationTurn]:
+    """Retained turns (not yet summarised or erased), oldest first."""
     return [] if state is None else state.turns()
 
 
-def _total(state: ConversationState | None) -> int:
+def _total(memory: ConversationMemory, state: ConversationState | None) -> int:
     """Sum of the token estimates of the retained turns (the summary excluded)."""
     return 0 if state is None else int(state.ledger.total)
 
 
-def _summary(state: ConversationState | None) -> str | None:
+def _summary(memory: ConversationMemory, state: ConversationState | None) -> str | None:
     """The rolling summary of evicted turns, or ``None``."""
     return None if state is None else state.summary
 
 
 def _readers(
-    name: str, read: Callable[[ConversationState | None], T]
+    name: str, read: Callable[[Any, ConversationState | None], T]
 ) -> tuple[Callable[[Any, str], T], Callable[[Any, str], Coroutine[Any, Any, T]]]:
     """``name`` and ``async_name``: ``read(state)`` of a conversation, documented by ``read``."""
 
     def plan(self: ConversationMemory, conversation_id: str) -> Plan[T]:
-        return self._read_plan(conversation_id, read)
+        return self._read_plan(conversation_id, lambda state: read(self, state))
 
     plan.__name__ = f"_{name}"
     plan.__qualname__ = f"ConversationMemory._{name}"
@@ -202,7 +218,17 @@ class ConversationMemory(ConversationLogic):
             ``remember`` (a fact found again is confirmed, not duplicated). :meth:`flush`
             waits for it too.
         long_term: The :class:`~memlane.longterm.LongTermMemory` extracted facts go to
-            (required with ``fact_extractor``).
+            (required with ``fact_extractor``), or a long-term strategy (below).
+        short_term: Short-term strategies (:mod:`memlane.strategies`), one or a list applied
+            in order, or their JSON: which interactions each read of the history sends, and
+            how (e.g. ``[ToolResultClearing(keep_last=3), MemoryMaxTokensStrategy(...)]``).
+            ``None``: the ``max_tokens`` window.
+        long_term_strategy: A :class:`~memlane.strategies.SummarizerStrategy` or
+            :class:`~memlane.strategies.NeuralyzerStrategy` (or its JSON; also accepted as
+            ``long_term``): its triggers, checked after every turn, replace
+            ``summarize_threshold``. A summarizer strategy folds the interactions beyond
+            ``interaction_keep`` into the summary by chain of density with its ``model``
+            (else with ``summarizer``); a neuralyzer erases them and the summary.
         fact_scope: The scope extracted facts are remembered in (``global`` by default).
         fact_scope_id: Its id (required for every scope but ``global``).
         retain_transcript: Keep the turns folded into the summary in the store (their own
@@ -236,8 +262,16 @@ class ConversationMemory(ConversationLogic):
         fact_scope_id: str | None = None,
         retain_transcript: bool = True,
         conversation_ttl: float | timedelta | None = None,
+        short_term: Any = None,
+        long_term_strategy: Any = None,
     ) -> None:
         self.max_tokens = check_positive_int(max_tokens, "max_tokens")
+        self.short_term = check_short_term(short_term)
+        if long_term is not None and not callable(getattr(long_term, "remember", None)):
+            if long_term_strategy is not None:
+                raise TypeError("pass the long-term strategy as long_term or long_term_strategy")
+            long_term_strategy, long_term = long_term, None
+        self.long_term_strategy = check_long_term(long_term_strategy)
         ttl = check_ttl(conversation_ttl, "conversation_ttl")
         self.conversation_ttl = None if ttl is None else ttl.total_seconds()
         if not isinstance(retain_transcript, bool):
@@ -277,6 +311,13 @@ class ConversationMemory(ConversationLogic):
             if isinstance(self.estimator, TokenEstimator)
             else self.estimator.estimate_many
         )
+        if isinstance(self.long_term_strategy, SummarizerStrategy):
+            if self.long_term_strategy.model is not None:
+                summarizer = DensitySummarizer(self.long_term_strategy, None)
+            elif summarizer is None:
+                raise ValueError(
+                    "a SummarizerStrategy needs a model: set its model, or pass summarizer="
+                )
         self.summarizer = summarizer
         bind_estimator = getattr(summarizer, "bind_estimator", None)
         if callable(bind_estimator):
@@ -367,6 +408,7 @@ class ConversationMemory(ConversationLogic):
             and self.summarizer is None
             and self.fact_extractor is None
             and self.conversation_ttl is None
+            and self.long_term_strategy is None
         ):
             turn = self._add_turn_now(new)
             if turn is not None:

@@ -126,6 +126,7 @@ class ConversationLogic:
     summarize_in_background: bool
     retain_transcript: bool
     conversation_ttl: float | None  # seconds a conversation may stay idle; None: forever
+    long_term_strategy: Any  # a SummarizerStrategy or NeuralyzerStrategy, or None
     max_cached_conversations: int
     fact_extractor: Any  # a memlane.longterm.FactExtractor (apply / async_apply), or None
     long_term: Any  # the LongTermMemory extracted facts are remembered in
@@ -368,6 +369,10 @@ class ConversationLogic:
         history no longer sends beside the summary, the newest included: with a summarizer,
         a turn is sent or summarised, never neither.
         """
+        if self.long_term_strategy is not None:  # its triggers replace the threshold
+            from memlane.conversation.strategies import fold_count
+
+            return fold_count(self.long_term_strategy, state, self._count_messages)
         if self.summarizer is None:
             return 0
         records = state.records
@@ -433,13 +438,17 @@ class ConversationLogic:
             if lock is not None:
                 yield Release(lock)
                 lock = None
-            try:
-                summary = yield Summarize(turns)
-            except Exception:  # noqa: BLE001  # a failing summarizer must never lose the turn
-                logger.warning("memlane: summarizer failed; turns kept unsummarised", exc_info=True)
-                return
-            if not isinstance(summary, str):
-                raise TypeError(f"summarizer must return str, not {type(summary).__name__}")
+            summary: str | None = None  # a neuralyzer erases: no summary
+            if not self._erases:
+                try:
+                    summary = yield Summarize(turns)
+                except Exception:  # noqa: BLE001  # a failing summarizer must never lose a turn
+                    logger.warning(
+                        "memlane: summarizer failed; turns kept unsummarised", exc_info=True
+                    )
+                    return
+                if not isinstance(summary, str):
+                    raise TypeError(f"summarizer must return str, not {type(summary).__name__}")
             if background:
                 lock = yield from self._locked(cid)
             if not (yield from self._commit_summary_plan(cid, basis, count, summary)):
@@ -453,7 +462,7 @@ class ConversationLogic:
         cid: str,
         basis: tuple[ConversationState, int, tuple[str, ...]],
         count: int,
-        summary: str,
+        summary: str | None,
     ) -> Plan[bool]:
         """Commits a summary of the first ``count`` turns of ``basis``; whether it did.
 
@@ -462,7 +471,7 @@ class ConversationLogic:
         oldest turns, which only a summary removes.
         """
         first_state, summarized, entry_ids = basis
-        text, tokens = self._fit_summary(summary)
+        text, tokens = (None, 0) if summary is None else self._fit_summary(summary)
         while True:
             state = yield from self._coherent_plan(cid, create=False)
             if state is None or state.summarized_turns != summarized or len(state.records) < count:
@@ -532,6 +541,17 @@ class ConversationLogic:
             )
         except Exception:  # noqa: BLE001  # nobody awaits a background job: say what failed
             logger.warning("memlane: fact extraction from %r failed", cid, exc_info=True)
+
+    @property
+    def _erases(self) -> bool:
+        """Whether folded turns are erased (a neuralyzer) rather than summarised."""
+        from memlane.strategies import NeuralyzerStrategy
+
+        return isinstance(self.long_term_strategy, NeuralyzerStrategy)
+
+    def _count_messages(self, messages: Any) -> int:
+        """Tokens of some messages, counted as a turn's are."""
+        return sum(self._count_texts(message_texts(list(messages))))
 
     def _fit_summary(self, summary: str) -> tuple[str, int]:
         """The summary and its tokens (prefix included), cut to its room in the budget: with a

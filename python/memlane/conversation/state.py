@@ -121,6 +121,7 @@ class ConversationState:
         "head",
         "ledger",
         "records",
+        "strategy_cache",
         "summarized_turns",
         "summary",
         "summary_at",
@@ -146,6 +147,8 @@ class ConversationState:
         # Unix seconds after which the conversation is idle past its ttl, as far as this
         # process knows (another host may have kept it alive since): None without a ttl.
         self.expires_at: float | None = None
+        # What short-term strategies remember between reads of this conversation.
+        self.strategy_cache: dict[Any, object] = {}
 
     @property
     def first_in_history(self) -> int:
@@ -200,8 +203,9 @@ class ConversationState:
         self._sync_window()
         return evicted
 
-    def set_summary(self, text: str, tokens: int, at: datetime) -> None:
-        """Replaces the rolling summary (``tokens`` counted with its prefix)."""
+    def set_summary(self, text: str | None, tokens: int, at: datetime) -> None:
+        """Replaces the rolling summary (``tokens`` counted with its prefix); ``None``: the
+        turns it covers were erased, and there is no summary."""
         self.summary = text
         self.summary_tokens = tokens
         self.summary_at = at
@@ -266,9 +270,10 @@ def turn_entry(turn: ConversationTurn, entry_id: str, seq: int) -> MemoryEntry:
 
 
 def summary_entry(
-    text: str, tokens: int, summarized_turns: int, at: datetime, seq: int
+    text: str | None, tokens: int, summarized_turns: int, at: datetime, seq: int
 ) -> MemoryEntry:
-    """The log event of a summary covering the first ``summarized_turns`` turns."""
+    """The log event of a summary covering the first ``summarized_turns`` turns (``text``
+    ``None``: they were erased)."""
     return MemoryEntry.model_construct(
         entry_id=uuid.uuid4().hex,
         scope=MemoryScope.CONVERSATION,
@@ -307,12 +312,12 @@ def index_entry(conversation_id: str, expires_at: datetime | None = None) -> Mem
     )
 
 
-def _summary_fields(entry: MemoryEntry) -> tuple[str, int, int, datetime]:
+def _summary_fields(entry: MemoryEntry) -> tuple[str | None, int, int, datetime]:
     """A summary entry's text, tokens (prefix included), turns covered and time."""
     data = entry.content
     try:
         text = data["text"]
-        if not isinstance(text, str):
+        if text is not None and not isinstance(text, str):  # None: erased, not summarised
             raise TypeError(f"text is {type(text).__name__}")
         return (
             text,

@@ -1,0 +1,187 @@
+"""Memory strategies under a :class:`~memlane.ConversationMemory`: what each prompt is sent
+(short-term) and when old interactions are summarised or erased (long-term).
+
+A conversation's retained turns are its interactions (a memlane turn is one). Short-term
+strategies choose, at every read of the history, which of them are sent and how (see
+:func:`memlane.strategies.select_short_term`); the summary, when there is one, still leads.
+A long-term strategy decides after every turn whether to fold the oldest interactions (see
+:func:`memlane.strategies.plan_long_term`): a :class:`~memlane.strategies.SummarizerStrategy`
+folds them into the rolling summary with a chain-of-density summary, a
+:class:`~memlane.strategies.NeuralyzerStrategy` erases them, summary included. Either way
+they leave the prompt, not the store (see ``retain_transcript``), through the same
+conditional commit as any summary, so hosts sharing a store stay in step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from pydantic_ai.messages import ModelMessage, ModelResponse
+
+from memlane.conversation.state import ConversationState
+from memlane.messages import summary_message
+from memlane.strategies import (
+    Interaction,
+    LongTermStrategy,
+    MemoryMaxTokensStrategy,
+    NeuralyzerStrategy,
+    ShortTermStrategy,
+    SummarizerStrategy,
+    ToolResultClearing,
+    async_chain_of_density_summary,
+    chain_of_density_summary,
+    format_interactions,
+    interactions_from_turns,
+    load_long_term,
+    load_short_term,
+    plan_long_term,
+    select_short_term,
+    tool_outcomes,
+)
+from memlane.strategies.interactions import CountTokens
+from memlane.types import ConversationTurn
+
+__all__ = [
+    "DensitySummarizer",
+    "check_long_term",
+    "check_short_term",
+    "fold_count",
+    "short_term_view",
+]
+
+
+def check_short_term(value: object) -> list[ShortTermStrategy]:
+    """``short_term=`` as a list of strategies: one, several, or their JSON.
+
+    Raises:
+        TypeError, ValueError: Not a short-term strategy (pydantic's error names the field
+            and value of bad JSON).
+    """
+    if value is None:
+        return []
+    if isinstance(value, MemoryMaxTokensStrategy | ToolResultClearing):
+        return [value]
+    if isinstance(value, list | tuple) and all(
+        isinstance(v, MemoryMaxTokensStrategy | ToolResultClearing) for v in value
+    ):
+        return list(value)
+    if isinstance(value, str | bytes | dict | list | tuple):
+        return load_short_term(value)
+    raise TypeError(
+        "short_term must be a short-term strategy, a list of them or their JSON, "
+        f"not {type(value).__name__}"
+    )
+
+
+def check_long_term(value: object) -> LongTermStrategy | None:
+    """A long-term strategy given as the object or its JSON (``None``: none).
+
+    Raises:
+        TypeError, ValueError: Not a long-term strategy.
+    """
+    if value is None or isinstance(value, SummarizerStrategy | NeuralyzerStrategy):
+        return value
+    if isinstance(value, str | bytes | dict):
+        return load_long_term(value)
+    raise TypeError(
+        "long_term must be a LongTermMemory, a SummarizerStrategy or NeuralyzerStrategy, "
+        f"or its JSON, not {type(value).__name__}"
+    )
+
+
+def _interactions(state: ConversationState) -> list[Interaction]:
+    """The retained turns as interactions, their token estimates already known."""
+    first = state.summarized_turns
+    return [
+        Interaction(state.messages(i), first + i, record[3])
+        for i, record in enumerate(state.records)
+    ]
+
+
+def short_term_view(
+    strategies: Sequence[ShortTermStrategy], state: ConversationState, count: CountTokens
+) -> tuple[list[ModelMessage], int]:
+    """The history the short-term strategies send, summary first, and its tokens."""
+    cache: dict[Any, object] = state.strategy_cache
+    kept = select_short_term(strategies, _interactions(state), count, cache)
+    history: list[ModelMessage] = []
+    tokens = 0
+    if state.summary is not None:
+        history.append(summary_message(state.summary, state.summary_at))
+        tokens += state.summary_tokens
+    for interaction in kept:
+        history.extend(interaction.messages)
+        tokens += interaction.token_count(count)
+    return history, tokens
+
+
+def _last_input_tokens(messages: Sequence[ModelMessage]) -> int | None:
+    """What the provider reported the newest request cost, if it did."""
+    for message in reversed(messages):
+        if isinstance(message, ModelResponse) and message.usage.input_tokens:
+            return int(message.usage.input_tokens)
+    return None
+
+
+def fold_count(strategy: LongTermStrategy, state: ConversationState, count: CountTokens) -> int:
+    """How many of the oldest retained turns the long-term strategy folds now (0: none).
+
+    The triggers see the newest turn's reported input tokens and its tools' outcomes: what
+    the run that made it cost and did.
+    """
+    if not state.records:
+        return 0
+    newest = state.messages(len(state.records) - 1)
+    plan = plan_long_term(
+        strategy,
+        _interactions(state),
+        input_tokens=_last_input_tokens(newest),
+        tool_outcomes=tool_outcomes(newest),
+        count_tokens=count,
+    )
+    return len(plan.fold) if plan.fired else 0
+
+
+class DensitySummarizer:
+    """A summarizer running a :class:`~memlane.strategies.SummarizerStrategy`'s chain of
+    density: at most ``cod_max_loops`` model calls, with its ``instructions``.
+
+    Takes the memory's summarizer input (the previous summary as a leading turn marked
+    ``metadata={"summary": True}``, then the turns to fold).
+
+    Args:
+        strategy: The strategy; its ``model`` is used.
+        model: The model when the strategy has none.
+    """
+
+    def __init__(self, strategy: SummarizerStrategy, model: Any) -> None:
+        self.strategy = strategy
+        self.model = strategy.model if strategy.model is not None else model
+
+    def _split(self, turns: list[ConversationTurn]) -> tuple[str | None, str]:
+        previous = None
+        if turns and turns[0].metadata.get("summary"):
+            previous, turns = turns[0].assistant_response, turns[1:]
+        return previous, format_interactions(interactions_from_turns(turns))
+
+    def __call__(self, turns: list[ConversationTurn]) -> str:
+        previous, text = self._split(turns)
+        return chain_of_density_summary(
+            self.model,
+            text,
+            previous,
+            max_loops=self.strategy.cod_max_loops,
+            instructions=self.strategy.instructions,
+        )
+
+    async def async_summarize(self, turns: list[ConversationTurn]) -> str:
+        """The same summary, awaiting the model."""
+        previous, text = self._split(turns)
+        return await async_chain_of_density_summary(
+            self.model,
+            text,
+            previous,
+            max_loops=self.strategy.cod_max_loops,
+            instructions=self.strategy.instructions,
+        )
