@@ -63,10 +63,11 @@ DEFAULT_DEMO_DB = ".memlane/memory.sqlite3"
 
 DEMO_BUDGET = 360
 """The history budget in tokens: tight, so turns leave the window within a few turns."""
-DEMO_SUMMARIZE_ABOVE = 300
-"""Evicted turns are summarised once the history passes this many tokens."""
 DEMO_SUMMARY_TOKENS = 120
 """The most tokens the rolling summary may have."""
+DEMO_SUMMARIZE_ABOVE = DEMO_BUDGET - DEMO_SUMMARY_TOKENS
+"""Turns are summarised once they pass this many tokens: the summary's room is the rest of the
+budget, so every turn is either sent or in the summary."""
 DEMO_INSTRUCTIONS = (
     "You are a concise travel assistant. When the user tells you something about themselves "
     "or their trip, save it with remember(key, value). Use get_weather(city) for weather."
