@@ -718,4 +718,4 @@ class TestManagerLongTerm:
         own = LongTermMemory()
         assert MemoryManager(long_term=own).long_term is own
         with pytest.raises(TypeError, match="long_term must be bool or LongTermMemory"):
-            MemoryManager(long_term="yes")  # type: ignore[arg-type]
+            MemoryManager(long_term="yes")

@@ -82,11 +82,16 @@ def check_long_term(value: object) -> LongTermStrategy | None:
     """
     if value is None or isinstance(value, SummarizerStrategy | NeuralyzerStrategy):
         return value
-    if isinstance(value, str | bytes | dict):
+    # A str is JSON only when it is an object: ``long_term="yes"`` is a wrong type, not JSON.
+    if isinstance(value, dict):
         return load_long_term(value)
+    if isinstance(value, str | bytes):
+        text = value.decode(errors="replace") if isinstance(value, bytes) else value
+        if text.lstrip().startswith("{"):
+            return load_long_term(value)
     raise TypeError(
-        "long_term must be a LongTermMemory, a SummarizerStrategy or NeuralyzerStrategy, "
-        f"or its JSON, not {type(value).__name__}"
+        "long_term must be bool or LongTermMemory, or a SummarizerStrategy or "
+        f"NeuralyzerStrategy (or its JSON object), not {value!r}"
     )
 
 
