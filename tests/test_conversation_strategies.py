@@ -230,6 +230,73 @@ class TestLongTermTriggers:
             ConversationMemory(long_term=SummarizerStrategy())
 
 
+class Topics:
+    """A chain-of-density model answering one of a few summaries in turn, in one loop."""
+
+    SUMMARIES = (
+        "Ada chose the blue plan; invoices are due Friday.",
+        "The Lisbon trip is booked for May; vegetarian meals.",
+        "Bob prefers green tea in the morning.",
+    )
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        summary = self.SUMMARIES[self.calls % len(self.SUMMARIES)]
+        self.calls += 1
+        step = {"missing_entities": [], "summary": summary}
+        return ModelResponse(parts=[ToolCallPart(info.output_tools[0].name, step)])
+
+
+def with_knowledge(search_mode: str = "always", top_k: int = 1) -> SummarizerStrategy:
+    strategy = load_strategy(
+        {
+            "long_term_memory_id": "summarizer",
+            "interaction_threshold_qty": 3,
+            "cod_max_loops": 1,
+            "interaction_keep": 1,
+            "knowledge_base": {
+                "collection_id": "session-memory",
+                "search_mode": search_mode,
+                "top_k": top_k,
+            },
+        }
+    )
+    assert isinstance(strategy, SummarizerStrategy)
+    return strategy.model_copy(update={"model": FunctionModel(Topics())})
+
+
+class TestKnowledgeBase:
+    """Summaries go to the knowledge base; the most relevant come back for a new prompt."""
+
+    async def test_relevant_summaries_for_a_prompt(self, store: Any) -> None:
+        memory = ConversationMemory(long_term=with_knowledge(top_k=1), store=store)
+        for i in range(7):
+            memory.add_turn("c", f"point {i}", f"noted {i}")
+        assert memory.get_summary("c") is not None
+        text = memory.knowledge_for("c", "when are the invoices due?")
+        assert text == "Relevant earlier summaries:\n- " + Topics.SUMMARIES[0]
+        lisbon = await memory.async_knowledge_for("c", "Which month is the LISBON trip?")
+        assert lisbon is not None
+        assert Topics.SUMMARIES[1] in lisbon
+        assert memory.knowledge_for("c", "zzz qqq") is None
+        if store is not None:  # another conversation of the collection, another host
+            other = ConversationMemory(long_term=with_knowledge(), store=store)
+            found = other.knowledge_for("d", "invoices")
+            assert found is not None
+            assert Topics.SUMMARIES[0] in found
+
+    def test_never_searched_and_without_a_base(self, store: Any) -> None:
+        memory = ConversationMemory(long_term=with_knowledge("never"), store=store)
+        for i in range(4):
+            memory.add_turn("c", f"point {i}", f"noted {i}")
+        assert memory.knowledge_for("c", "invoices") is None
+        assert ConversationMemory(store=store).knowledge_for("c", "invoices") is None
+        with pytest.raises(TypeError, match="prompt"):
+            memory.knowledge_for("c", 5)  # type: ignore[arg-type]  # the point of the test
+
+
 class TestManagerAndConfig:
     """The manager takes the same arguments; the environment takes their JSON."""
 

@@ -427,6 +427,33 @@ class ConversationMemory(ConversationLogic):
     get_total_tokens, async_get_total_tokens = _readers("get_total_tokens", _total)
     get_summary, async_get_summary = _readers("get_summary", _summary)
 
+    def _knowledge_for(self, conversation_id: str, prompt: str) -> Plan[str | None]:
+        """What the long-term strategy's knowledge base holds relevant to ``prompt``.
+
+        With a :class:`~memlane.strategies.SummarizerStrategy` whose ``knowledge_base`` has
+        ``search_mode="always"``: its ``top_k`` stored summary chunks most relevant to the
+        prompt (from any conversation of the collection, ranked by the store's search), as
+        one block of text for a run's instructions. ``None`` otherwise, or when nothing is
+        relevant.
+
+        Raises:
+            TypeError: ``prompt`` is not a ``str``.
+        """
+        from memlane.conversation.knowledge import knowledge_search, knowledge_text
+
+        check_cid(conversation_id)
+        check_str(prompt, "prompt")
+        if not isinstance(self.long_term_strategy, SummarizerStrategy):
+            return None
+        call = knowledge_search(self.store, self.long_term_strategy, prompt)
+        if call is None:
+            return None
+        hits: list[Any] = yield call
+        return knowledge_text(hits)
+
+    knowledge_for = sync_method(_knowledge_for)
+    async_knowledge_for = async_method(_knowledge_for)
+
     def _cleanup_expired(self) -> Plan[int]:
         """Removes every conversation idle past ``conversation_ttl``; how many.
 

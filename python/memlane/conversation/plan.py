@@ -493,6 +493,7 @@ class ConversationLogic:
                 state.evict(count)
                 state.summarized_turns += count
                 state.set_summary(text, tokens, at)
+                yield from self._knowledge_plan(cid, state.summarized_turns, text, at)
                 return True
             ns = namespace(cid)
             entry = summary_entry(text, tokens, summarized + count, at, state.head)
@@ -509,7 +510,22 @@ class ConversationLogic:
         state.head += 1
         for entry_id in replaced:
             yield StoreCall("delete", (ns, entry_id))
+        yield from self._knowledge_plan(cid, state.summarized_turns, text, at)
         return True
+
+    def _knowledge_plan(self, cid: str, summarized: int, text: str | None, at: Any) -> Plan[None]:
+        """Keeps a committed summary in the strategy's knowledge base, split (if it has one)."""
+        from memlane.conversation.knowledge import knowledge_entries, knowledge_namespace
+        from memlane.strategies import SummarizerStrategy
+
+        strategy = self.long_term_strategy
+        if text is None or not isinstance(strategy, SummarizerStrategy):
+            return
+        if strategy.knowledge_base is None:
+            return
+        chunks = knowledge_entries(strategy, cid, summarized, text, at, self.estimator.estimate)
+        where = knowledge_namespace(strategy.knowledge_base.collection_id)
+        yield StoreCall("save_many", (where, chunks))
 
     # ------------------------------------------------------------------ fact extraction
 

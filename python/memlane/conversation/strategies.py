@@ -14,6 +14,8 @@ conditional commit as any summary, so hosts sharing a store stay in step.
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 from collections.abc import Sequence
 from typing import Any
 
@@ -171,6 +173,17 @@ class DensitySummarizer:
         return previous, format_interactions(interactions_from_turns(turns))
 
     def __call__(self, turns: list[ConversationTurn]) -> str:
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return self._summarize(turns)
+        # A blocking call made on an event loop's thread (sync add_turn in async code): the
+        # model's run needs a loop of its own, so it runs on a fresh one in a worker thread
+        # (asyncio.run closes it again).
+        with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+            return pool.submit(lambda: asyncio.run(self.async_summarize(turns))).result()
+
+    def _summarize(self, turns: list[ConversationTurn]) -> str:
         previous, text = self._split(turns)
         return chain_of_density_summary(
             self.model,
