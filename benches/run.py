@@ -7,7 +7,8 @@ Usage::
     python -m benches --only turns      # one workload; the others keep their stored results
     python -m benches --report          # regenerate RESULTS.md / plots / README from results.json
 
-Workloads: tokens (1), turns (2), scaling (3), stores (4), memory (5), fleet (6), longterm (7).
+Workloads: tokens (1), turns (2), scaling (3), stores (4), memory (5), fleet (6), longterm (7),
+shared (8).
 Results are stored per workload in ``benches/results.json``, so a workload can be re-run on its own.
 """
 
@@ -28,6 +29,7 @@ from benches import (
     bench_fleet,
     bench_longterm,
     bench_memory,
+    bench_shared,
     bench_stores,
     bench_tokens,
     bench_turns,
@@ -48,6 +50,10 @@ WORKLOADS = {
     "longterm": (
         "7. Long-term facts: LongTermMemory beside LangGraph's BaseStore",
         bench_longterm.run,
+    ),
+    "shared": (
+        "8. Shared memory: add and each role's view against the job's size",
+        bench_shared.run,
     ),
 }
 RESULTS_JSON = BENCH_DIR / "results.json"

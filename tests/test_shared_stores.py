@@ -223,16 +223,13 @@ class TestLimit:
 def _reference(view: list[dict[str, Any]], max_tokens: int) -> list[dict[str, Any]]:
     """The budget by brute force: the longest suffix that fits and splits no pair."""
     estimator = TokenEstimator()
+    costs = [estimator.estimate(render(m)) for m in view]
     for start in range(len(view) + 1):
-        suffix = view[start:]
-        split = any(
-            m["type"] == "observation" and view[start - 1]["type"] == "action"
-            for m in suffix[:1]
-            if start > 0
+        split = 0 < start < len(view) and (
+            view[start]["type"] == "observation" and view[start - 1]["type"] == "action"
         )
-        cost = sum(estimator.estimate(render(m)) for m in suffix)
-        if cost <= max_tokens and not split:
-            return suffix
+        if sum(costs[start:]) <= max_tokens and not split:
+            return view[start:]
     return []
 
 

@@ -8,7 +8,6 @@ refuses what no store could hold, before anything is written.
 
 from __future__ import annotations
 
-import copy
 import json
 from datetime import UTC, datetime
 from typing import Any
@@ -31,7 +30,10 @@ __all__ = [
     "create_synthesis",
     "create_task_entry",
     "create_user_message",
+    "feed_of",
+    "json_copy",
     "now_iso",
+    "parse_timestamp",
 ]
 
 
@@ -206,12 +208,22 @@ def check_message(message: object, *, agent_key: str | None = None) -> dict[str,
     stamp = message.get("timestamp")
     if stamp is not None and parse_timestamp(stamp) is None:
         raise _invalid(f"'timestamp' must be ISO-8601 text, got {stamp!r}")
-    stored = copy.deepcopy(message)
+    stored: dict[str, Any] = json_copy(message)
     if stamp is None:
         stored["timestamp"] = now_iso()
     if owner is not None:
         stored["agent_key"] = owner
     return stored
+
+
+def json_copy(value: Any) -> Any:
+    """A deep copy of a plain-JSON value (what every message is once checked): several times
+    faster than :func:`copy.deepcopy`, which views pay for every message they hand out."""
+    if isinstance(value, dict):
+        return {k: json_copy(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_copy(v) for v in value]
+    return value
 
 
 def parse_timestamp(value: object) -> datetime | None:

@@ -9,7 +9,6 @@ subclass may override (the defaults call the synchronous method).
 
 from __future__ import annotations
 
-import copy
 import heapq
 import itertools
 import threading
@@ -18,7 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from memlane._validate import check_identifier, check_positive_int, type_name
-from memlane.shared.message_builder import check_message, feed_of
+from memlane.shared.message_builder import check_message, feed_of, json_copy
 
 __all__ = ["BaseMessageStore", "InMemoryMessageStore", "check_agent_keys", "check_limit"]
 
@@ -124,7 +123,7 @@ class _Location:
 
 def _copies(rows: list[tuple[int, Message]], limit: int | None) -> list[Message]:
     chosen = rows if limit is None or len(rows) <= limit else rows[-limit:]
-    return [copy.deepcopy(message) for _, message in chosen]
+    return [json_copy(message) for _, message in chosen]
 
 
 class InMemoryMessageStore(BaseMessageStore):

@@ -20,7 +20,6 @@ another location's namespace or another agent's feed.
 
 from __future__ import annotations
 
-import copy
 import uuid
 from collections.abc import Sequence
 from typing import Any
@@ -30,9 +29,10 @@ from memlane._runner import Plan, StoreCall, async_method, sync_method
 from memlane._validate import check_identifier, type_name
 from memlane.errors import CorruptStoreError
 from memlane.longterm.model import namespace as join_namespace
-from memlane.shared.message_builder import check_message, feed_of
+from memlane.shared.message_builder import check_message, feed_of, json_copy
 from memlane.shared.message_store import BaseMessageStore, check_agent_keys, check_limit
 from memlane.shared.order import merge_feeds
+from memlane.stores.memory import InMemoryStore
 from memlane.stores.protocol import MemoryStore
 from memlane.types import MemoryEntry, MemoryScope, utc_now
 
@@ -132,11 +132,12 @@ def bulk_entries(location: str, messages: Sequence[Message]) -> list[tuple[str, 
     return pairs
 
 
-def _message(entry: MemoryEntry) -> Message:
+def _message(entry: MemoryEntry, shares: bool) -> Message:
     if not isinstance(entry.content, dict):
         raise CorruptStoreError(f"corrupt shared-memory message {entry.key!r}")
-    # InMemoryStore hands back the stored objects themselves: a caller must not reach them.
-    return copy.deepcopy(entry.content)
+    # InMemoryStore hands back the stored objects themselves (``shares``): a caller must not
+    # reach them. Every other store decodes a fresh copy per read.
+    return json_copy(entry.content) if shares else entry.content
 
 
 class StoreMessageStore(BaseMessageStore):
@@ -157,6 +158,7 @@ class StoreMessageStore(BaseMessageStore):
         if not callable(getattr(store, "load_by_key", None)):
             raise TypeError(f"store must be a memlane MemoryStore, not {type_name(store)}")
         self.store = store
+        self._shares = isinstance(store, InMemoryStore)
         # The next number of each feed seen: a lower bound, never above the truth (feeds
         # only grow), so a range read from it finds whatever others appended.
         self._heads: dict[str, int] = {}
@@ -214,7 +216,8 @@ class StoreMessageStore(BaseMessageStore):
         entries = yield from self._from(feed, start)
         if limit is not None:
             entries = entries[-limit:]
-        return [_message(entry) for entry in entries]
+        shares = self._shares
+        return [_message(entry, shares) for entry in entries]
 
     def _get_conversation_messages(
         self, location: str, limit: int | None = None
