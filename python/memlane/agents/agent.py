@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Sequence
 from contextlib import (
     AbstractAsyncContextManager,
@@ -14,17 +15,33 @@ from typing import Any, Generic, TypeVar, cast, overload
 
 from pydantic_ai import Agent, capture_run_messages
 from pydantic_ai.agent import AbstractAgent
-from pydantic_ai.messages import ModelMessage
+from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, UserPromptPart
 from pydantic_ai.models import Model
 from pydantic_ai.output import OutputSpec
 from pydantic_ai.run import AgentRunResult
 
-from memlane.agents.capability import async_store_run, store_run
+from memlane.agents.budget import RequestBudget
+from memlane.agents.calibration import Calibration
+from memlane.agents.capability import _prompt_text, async_store_run, store_run
 from memlane.agents.long_term import LongTermBinding
 from memlane.agents.results import MemoryRunResult, MemoryStreamedRun
+from memlane.conversation.agent_hooks import async_fold_by_strategy, fold_by_strategy
+from memlane.conversation.strategies import check_long_term, check_short_term
 from memlane.longterm import LongTermMemory
 from memlane.longterm.episodes import Episode
 from memlane.manager import MemoryManager
+from memlane.strategies import (
+    Interaction,
+    LongTermStrategy,
+    MemoryMaxTokensStrategy,
+    ShortTermStrategy,
+    SummarizerStrategy,
+    group_interactions,
+    message_token_counter,
+    select_short_term,
+    tool_outcomes,
+)
+from memlane.tokens import TokenEstimator
 from memlane.types import ConversationTurn
 
 __all__ = ["MemoryAgent", "MemoryRunResult", "MemoryStreamedRun"]
@@ -60,7 +77,13 @@ class MemoryAgent(Generic[OutputT]):
 
     Every run with a ``conversation_id`` is sent that conversation's history, kept inside the
     memory's token budget (rolling summary first, then whole recent turns), and its new
-    messages are stored as one turn. The working-memory facts are added to the run's
+    messages are stored as one turn. Each model request of the run is kept within
+    :attr:`max_tokens` as a whole — instructions (working memory and long-term context
+    included), tool definitions, history and the run's own messages: the oldest turns are
+    left out of the request, whole, until it fits (:class:`~memlane.agents.RequestBudget`).
+    Counts are memlane's exact o200k counts, scaled by the serving model's
+    :class:`~memlane.agents.Calibration` ratio, which every response's reported input tokens
+    refine and the memory's store keeps. The working-memory facts are added to the run's
     instructions, which pydantic-ai evaluates before every model request, so a fact a tool
     sets is seen by the next request of the same run.
 
@@ -87,7 +110,8 @@ class MemoryAgent(Generic[OutputT]):
         inject_working_memory: Add ``memory.get_working_context()`` to the instructions when
             it is not empty.
         long_term: A :class:`~memlane.longterm.LongTermMemory`; ``True`` for the memory's
-            own (``MemoryManager(long_term=True)``); ``None`` or ``False`` for none.
+            own (``MemoryManager(long_term=True)``); ``None`` or ``False`` for none. Or a
+            long-term strategy, as ``long_term_strategy``.
         user_id: The user the agent serves: the id
             :meth:`~memlane.longterm.LongTermMemory.identify_user` returned (the tools' scope
             is bound to it, so give the surviving id after a merge), or any id of your own.
@@ -95,15 +119,29 @@ class MemoryAgent(Generic[OutputT]):
             ``"agent"``) for ``user_id``. When ``memory`` has a ``fact_extractor``, the end of
             each episode also hands the conversation's turns the extractor has not seen to it,
             in the background (:meth:`~memlane.MemoryManager.extract_facts`).
+        short_term: Short-term strategies (:mod:`memlane.strategies`; one, a list applied
+            in order, or their JSON) applied to the history the memory returns before each
+            run, the summary still first. A :class:`~memlane.strategies.MemoryMaxTokensStrategy`
+            among them (else among the memory's) also sets :attr:`max_tokens`.
+        long_term_strategy: A :class:`~memlane.strategies.SummarizerStrategy` or
+            :class:`~memlane.strategies.NeuralyzerStrategy` (or its JSON): after each run its
+            triggers see the run's reported input tokens (of its largest request) and its
+            tools' outcomes, and the interactions it folds are summarised (with its
+            ``model``, else the run's or agent's, else the memory's summarizer) or erased,
+            through the memory (:func:`memlane.conversation.agent_hooks.fold_by_strategy`).
+        calibrate: Learn and apply the per-model :class:`~memlane.agents.Calibration`
+            (kept in the memory's store); ``False``: counts are used as they are.
         **agent_kwargs: Passed to :class:`pydantic_ai.Agent` when building one from a model
             (``instructions=``, ``tools=``, ``output_type=``, ...).
 
     Raises:
         TypeError: ``memory`` is not a :class:`~memlane.MemoryManager`, ``agent_kwargs``
-            are given with a ready-made agent, or ``long_term``, ``user_id`` or
-            ``record_episodes`` has the wrong type.
-        ValueError: ``long_term=True`` with a manager that has no long-term memory, or
-            ``user_id``/``record_episodes=True`` without long-term memory.
+            are given with a ready-made agent, a strategy is given both as ``long_term`` and
+            ``long_term_strategy``, or ``long_term``, ``short_term``, ``user_id``,
+            ``record_episodes`` or ``calibrate`` has the wrong type.
+        ValueError: ``long_term=True`` with a manager that has no long-term memory,
+            ``user_id``/``record_episodes=True`` without long-term memory, a summarizer
+            strategy with no model anywhere, or strategy JSON that does not validate.
 
     Note:
         Give the agent ``instructions=`` rather than ``system_prompt=``: pydantic-ai sends
@@ -119,9 +157,12 @@ class MemoryAgent(Generic[OutputT]):
         memory: MemoryManager,
         name: str | None = None,
         inject_working_memory: bool = True,
-        long_term: LongTermMemory | bool | None = None,
+        long_term: LongTermMemory | bool | LongTermStrategy | dict[str, Any] | str | None = None,
         user_id: str | None = None,
         record_episodes: bool = False,
+        short_term: Any = None,
+        long_term_strategy: Any = None,
+        calibrate: bool = True,
     ) -> None: ...
 
     @overload
@@ -132,9 +173,12 @@ class MemoryAgent(Generic[OutputT]):
         memory: MemoryManager,
         name: str | None = None,
         inject_working_memory: bool = True,
-        long_term: LongTermMemory | bool | None = None,
+        long_term: LongTermMemory | bool | LongTermStrategy | dict[str, Any] | str | None = None,
         user_id: str | None = None,
         record_episodes: bool = False,
+        short_term: Any = None,
+        long_term_strategy: Any = None,
+        calibrate: bool = True,
         output_type: None = None,
         **agent_kwargs: Any,
     ) -> None: ...
@@ -147,9 +191,12 @@ class MemoryAgent(Generic[OutputT]):
         memory: MemoryManager,
         name: str | None = None,
         inject_working_memory: bool = True,
-        long_term: LongTermMemory | bool | None = None,
+        long_term: LongTermMemory | bool | LongTermStrategy | dict[str, Any] | str | None = None,
         user_id: str | None = None,
         record_episodes: bool = False,
+        short_term: Any = None,
+        long_term_strategy: Any = None,
+        calibrate: bool = True,
         output_type: OutputSpec[OutputT],
         **agent_kwargs: Any,
     ) -> None: ...
@@ -161,9 +208,12 @@ class MemoryAgent(Generic[OutputT]):
         memory: MemoryManager,
         name: str | None = None,
         inject_working_memory: bool = True,
-        long_term: LongTermMemory | bool | None = None,
+        long_term: LongTermMemory | bool | LongTermStrategy | dict[str, Any] | str | None = None,
         user_id: str | None = None,
         record_episodes: bool = False,
+        short_term: Any = None,
+        long_term_strategy: Any = None,
+        calibrate: bool = True,
         **agent_kwargs: Any,
     ) -> None:
         if not isinstance(memory, MemoryManager):
@@ -186,7 +236,34 @@ class MemoryAgent(Generic[OutputT]):
         self.memory = memory
         self.name = name if name is not None else self.agent.name
         self.inject_working_memory = inject_working_memory
+        if not (long_term is None or isinstance(long_term, bool | LongTermMemory)):
+            # A long-term strategy (or its JSON) given as long_term, as platforms name it.
+            if long_term_strategy is not None:
+                raise TypeError("pass the long-term strategy as long_term or long_term_strategy")
+            long_term_strategy, long_term = long_term, None
         self.long_term = _long_term_of(memory, long_term)
+        self.long_term_strategy: LongTermStrategy | None = check_long_term(long_term_strategy)
+        self.short_term: list[ShortTermStrategy] = check_short_term(short_term)
+        if not isinstance(calibrate, bool):
+            raise TypeError(f"calibrate must be bool, not {type(calibrate).__name__}")
+        self.calibration: Calibration | None = Calibration(memory.store) if calibrate else None
+        estimator = memory.conversation.estimator
+        self._estimator = estimator if isinstance(estimator, TokenEstimator) else TokenEstimator()
+        self._count = message_token_counter(self._estimator)
+        # Per conversation: the first message of the history the cache was built on, and the
+        # short-term strategies' cache. Interactions are indexed by position, so a history
+        # whose front moved (turns summarised, or out of the memory's window) starts a new one.
+        self._short_term_caches: OrderedDict[str, tuple[object, dict[Any, object]]] = OrderedDict()
+        if (
+            isinstance(self.long_term_strategy, SummarizerStrategy)
+            and self.long_term_strategy.model is None
+            and getattr(self.agent, "model", None) is None
+            and memory.conversation.summarizer is None
+        ):
+            raise ValueError(
+                "a SummarizerStrategy needs a model: set its model, give the agent one, or "
+                "build the memory with a summarizer"
+            )
         if not isinstance(record_episodes, bool):
             raise TypeError(f"record_episodes must be bool, not {type(record_episodes).__name__}")
         self._binding: LongTermBinding | None = None
@@ -210,19 +287,87 @@ class MemoryAgent(Generic[OutputT]):
         """Whether runs are stored as episodes."""
         return self._binding is not None and self._binding.record_episodes
 
+    @property
+    def max_tokens(self) -> int:
+        """The budget of every whole request a run makes (instructions, tool definitions,
+        history and the run's own messages).
+
+        The ``memory_max_tokens`` of the last :class:`~memlane.strategies.MemoryMaxTokensStrategy`
+        among the agent's ``short_term`` (else the memory's) that sets one, else the memory's
+        ``max_tokens``.
+        """
+        for strategies in (self.short_term, self.memory.conversation.short_term):
+            limits = [
+                s.memory_max_tokens
+                for s in strategies
+                if isinstance(s, MemoryMaxTokensStrategy) and s.memory_max_tokens > 0
+            ]
+            if limits:
+                return limits[-1]
+        return self.memory.conversation.max_tokens
+
+    def _short_term_view(self, cid: str, history: list[ModelMessage]) -> list[ModelMessage]:
+        """The memory's history after the agent's short-term strategies, the summary first."""
+        if not self.short_term or not history:
+            return history
+        interactions = group_interactions(history, self._count)
+        lead: list[Interaction] = []
+        if interactions and _opens_without_prompt(interactions[0]):
+            lead, interactions = [interactions[0]], interactions[1:]
+        front = interactions[0].messages[0] if interactions else None
+        known = self._short_term_caches.pop(cid, None)
+        cache = known[1] if known is not None and known[0] == front else {}
+        self._short_term_caches[cid] = (front, cache)
+        while len(self._short_term_caches) > _SHORT_TERM_CACHES:
+            self._short_term_caches.popitem(last=False)
+        kept = select_short_term(self.short_term, interactions, self._count, cache)
+        return [m for interaction in [*lead, *kept] for m in interaction.messages]
+
+    def _budget(self, *, sync: bool) -> RequestBudget:
+        return RequestBudget(
+            self.max_tokens,
+            estimator=self._estimator,
+            calibration=self.calibration,
+            sync_store=sync,
+        )
+
+    def _wants_knowledge(self) -> bool:
+        strategy = self.memory.conversation.long_term_strategy
+        return (
+            isinstance(strategy, SummarizerStrategy)
+            and strategy.knowledge_base is not None
+            and strategy.knowledge_base.search_mode == "always"
+        )
+
+    def _summary_model(self, kwargs: dict[str, Any]) -> Any:
+        """The model a summarizer strategy without one uses: the run's, else the agent's."""
+        model = kwargs.get("model")
+        return model if model is not None else getattr(self.agent, "model", None)
+
+    def _fold_args(self, result: AgentRunResult[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+        messages = result.new_messages()
+        return {
+            "input_tokens": _peak_input_tokens(messages),
+            "tool_outcomes": tool_outcomes(messages),
+            "model": self._summary_model(kwargs),
+        }
+
     def _working_memory(self) -> str | None:
         # Sync on purpose: pydantic-ai runs a plain instruction function in a worker thread,
         # so a database store's I/O never blocks the event loop.
         return self.memory.get_working_context() or None
 
     def _run_kwargs(
-        self, conversation_id: str, kwargs: dict[str, Any], *, sync: bool
+        self,
+        conversation_id: str,
+        kwargs: dict[str, Any],
+        *,
+        sync: bool,
+        knowledge: str | None = None,
     ) -> dict[str, Any]:
-        for reserved in _RESERVED_RUN_KWARGS:
-            if reserved in kwargs:
-                raise TypeError(
-                    f"{reserved}= is supplied by memory; MemoryAgent runs take conversation_id="
-                )
+        kwargs = dict(kwargs)
+        if knowledge:
+            kwargs["instructions"] = _add_instruction(kwargs.get("instructions"), knowledge)
         if self.inject_working_memory:
             kwargs["instructions"] = _add_instruction(
                 kwargs.get("instructions"), self._working_memory
@@ -233,9 +378,19 @@ class MemoryAgent(Generic[OutputT]):
             context = self._binding.instructions if sync else self._binding.async_instructions
             kwargs["instructions"] = _add_instruction(kwargs.get("instructions"), context)
             kwargs["toolsets"] = [*(kwargs.get("toolsets") or ()), self._binding.toolset]
+        # Last of the run's capabilities: it sees the request as the others left it.
+        kwargs["capabilities"] = [*(kwargs.get("capabilities") or ()), self._budget(sync=sync)]
         # pydantic-ai tags the run's messages with the id, so traces name memlane's conversation.
         kwargs["conversation_id"] = conversation_id
         return kwargs
+
+    @staticmethod
+    def _check_kwargs(kwargs: dict[str, Any]) -> None:
+        for reserved in _RESERVED_RUN_KWARGS:
+            if reserved in kwargs:
+                raise TypeError(
+                    f"{reserved}= is supplied by memory; MemoryAgent runs take conversation_id="
+                )
 
     def _metadata(self) -> dict[str, Any] | None:
         return {"agent": self.name} if self.name else None
@@ -318,13 +473,21 @@ class MemoryAgent(Generic[OutputT]):
                 messages exchanged before the failure and the error (``"{type}: {message}"``);
                 a run cancelled or interrupted by ``KeyboardInterrupt`` is not.
         """
+        self._check_kwargs(kwargs)
         cid = (
             uuid.uuid4().hex if conversation_id is None else _check_conversation_id(conversation_id)
         )
         history = (
-            [] if conversation_id is None else await self.memory.async_get_message_history(cid)
+            []
+            if conversation_id is None
+            else self._short_term_view(cid, await self.memory.async_get_message_history(cid))
         )
-        run_kwargs = self._run_kwargs(cid, kwargs, sync=False)
+        knowledge = None
+        if self._wants_knowledge():
+            knowledge = await self.memory.conversation.async_knowledge_for(
+                cid, _user_text(user_prompt)
+            )
+        run_kwargs = self._run_kwargs(cid, kwargs, sync=False, knowledge=knowledge)
         with self._capture() as messages:
             try:
                 result = await self.agent.run(
@@ -337,6 +500,13 @@ class MemoryAgent(Generic[OutputT]):
                     )
                 raise
         turn = await async_store_run(self.memory, cid, result, metadata=self._metadata())
+        if self.long_term_strategy is not None:
+            await async_fold_by_strategy(
+                self.memory.conversation,
+                cid,
+                self.long_term_strategy,
+                **self._fold_args(result, kwargs),
+            )
         episode = None if self._binding is None else await self._binding.async_record(result, cid)
         if episode is not None and self._extracts:
             await self.memory.async_extract_facts(cid)
@@ -383,11 +553,19 @@ class MemoryAgent(Generic[OutputT]):
             TypeError: ``message_history=`` or ``conversation=`` was passed.
             pydantic_ai.exceptions.AgentRunError: The run failed, as for :meth:`run`.
         """
+        self._check_kwargs(kwargs)
         cid = (
             uuid.uuid4().hex if conversation_id is None else _check_conversation_id(conversation_id)
         )
-        history = [] if conversation_id is None else self.memory.get_message_history(cid)
-        run_kwargs = self._run_kwargs(cid, kwargs, sync=True)
+        history = (
+            []
+            if conversation_id is None
+            else self._short_term_view(cid, self.memory.get_message_history(cid))
+        )
+        knowledge = None
+        if self._wants_knowledge():
+            knowledge = self.memory.conversation.knowledge_for(cid, _user_text(user_prompt))
+        run_kwargs = self._run_kwargs(cid, kwargs, sync=True, knowledge=knowledge)
         with self._capture() as messages:
             try:
                 result = self.agent.run_sync(
@@ -398,6 +576,13 @@ class MemoryAgent(Generic[OutputT]):
                     self._binding.record_failure(exc, user_prompt, messages, len(history), cid)
                 raise
         turn = store_run(self.memory, cid, result, metadata=self._metadata())
+        if self.long_term_strategy is not None:
+            fold_by_strategy(
+                self.memory.conversation,
+                cid,
+                self.long_term_strategy,
+                **self._fold_args(result, kwargs),
+            )
         episode = None if self._binding is None else self._binding.record(result, cid)
         if episode is not None and self._extracts:
             self.memory.extract_facts(cid)
@@ -446,13 +631,21 @@ class MemoryAgent(Generic[OutputT]):
         Yields:
             The streamed run (its ``conversation_id`` is known from the start).
         """
+        self._check_kwargs(kwargs)
         cid = (
             uuid.uuid4().hex if conversation_id is None else _check_conversation_id(conversation_id)
         )
         history = (
-            [] if conversation_id is None else await self.memory.async_get_message_history(cid)
+            []
+            if conversation_id is None
+            else self._short_term_view(cid, await self.memory.async_get_message_history(cid))
         )
-        run_kwargs = self._run_kwargs(cid, kwargs, sync=False)
+        knowledge = None
+        if self._wants_knowledge():
+            knowledge = await self.memory.conversation.async_knowledge_for(
+                cid, _user_text(user_prompt)
+            )
+        run_kwargs = self._run_kwargs(cid, kwargs, sync=False, knowledge=knowledge)
         with self._capture() as messages:
             try:
                 async with self.agent.run_stream(
@@ -464,6 +657,13 @@ class MemoryAgent(Generic[OutputT]):
                         streamed.turn = await async_store_run(
                             self.memory, cid, stream.result, metadata=self._metadata()
                         )
+                        if self.long_term_strategy is not None:
+                            await async_fold_by_strategy(
+                                self.memory.conversation,
+                                cid,
+                                self.long_term_strategy,
+                                **self._fold_args(stream.result, kwargs),
+                            )
             except Exception as exc:
                 if self._binding is not None:
                     await self._binding.async_record_failure(
@@ -474,6 +674,40 @@ class MemoryAgent(Generic[OutputT]):
             streamed.episode = await self._binding.async_record(stream.result, cid)
             if streamed.episode is not None and self._extracts:
                 await self.memory.async_extract_facts(cid)
+
+
+_SHORT_TERM_CACHES = 1024
+"""Conversations whose short-term strategy caches an agent keeps (least recently used go)."""
+
+
+def _opens_without_prompt(interaction: Interaction) -> bool:
+    """Whether an interaction is what precedes the first prompt (the summary)."""
+    first = interaction.messages[0]
+    return not (
+        isinstance(first, ModelRequest) and any(isinstance(p, UserPromptPart) for p in first.parts)
+    )
+
+
+def _peak_input_tokens(messages: Sequence[ModelMessage]) -> int | None:
+    """The most input tokens one request of a run reported: the largest context it sent.
+
+    Not the run's total, which adds up every request of a tool loop although the model's
+    context never held more than the largest of them.
+    """
+    reported = [
+        m.usage.input_tokens
+        for m in messages
+        if isinstance(m, ModelResponse) and m.usage.input_tokens
+    ]
+    return max(reported) if reported else None
+
+
+def _user_text(user_prompt: str | Sequence[Any] | None) -> str:
+    if user_prompt is None:
+        return ""
+    if isinstance(user_prompt, str):
+        return user_prompt
+    return _prompt_text([ModelRequest(parts=[UserPromptPart(content=user_prompt)])])
 
 
 def _long_term_of(memory: MemoryManager, long_term: object) -> LongTermMemory | None:

@@ -2,23 +2,30 @@
 
 :func:`memory_history` trims each run's history as a
 :class:`~pydantic_ai.capabilities.ProcessHistory` capability (pydantic-ai 2.x has no
-``history_processors=``); :func:`store_run` and :func:`async_store_run` store the finished run
-as one turn.
+``history_processors=``) and keeps each whole request within the budget;
+:func:`store_run` and :func:`async_store_run` store the finished run as one turn.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import pydantic_core
 from pydantic_ai.capabilities import ProcessHistory
-from pydantic_ai.messages import ModelMessage, ModelRequest, UserPromptPart
+from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, UserPromptPart
+from pydantic_ai.models import ModelRequestContext
 from pydantic_ai.run import AgentRunResult
 from pydantic_ai.tools import RunContext
 
+from memlane._validate import check_positive_int
+from memlane.agents.budget import RequestBudget
+from memlane.agents.calibration import Calibration
 from memlane.conversation import ConversationMemory
 from memlane.manager import MemoryManager
+from memlane.tokens import TokenEstimator
 from memlane.types import ConversationTurn
 
 __all__ = ["async_store_run", "memory_history", "store_run"]
@@ -104,14 +111,51 @@ async def async_store_run(
     return await memory.async_add_turn(conversation_id, *_turn_args(result), metadata=metadata)
 
 
+@dataclass
+class _MemoryHistory(ProcessHistory[Any]):
+    """The memory's history, then the whole request cut to the budget."""
+
+    budget: RequestBudget | None = None
+
+    async def for_run(self, ctx: RunContext[Any]) -> _MemoryHistory:
+        assert self.budget is not None
+        return dataclasses.replace(self, budget=await self.budget.for_run(ctx))
+
+    async def before_model_request(
+        self, ctx: RunContext[Any], request_context: ModelRequestContext
+    ) -> ModelRequestContext:
+        assert self.budget is not None
+        request_context = await super().before_model_request(ctx, request_context)
+        return await self.budget.before_model_request(ctx, request_context)
+
+    async def after_model_request(
+        self,
+        ctx: RunContext[Any],
+        *,
+        request_context: ModelRequestContext,
+        response: ModelResponse,
+    ) -> ModelResponse:
+        assert self.budget is not None
+        return await self.budget.after_model_request(
+            ctx, request_context=request_context, response=response
+        )
+
+
 def memory_history(
-    memory: MemoryManager | ConversationMemory, conversation_id: str
+    memory: MemoryManager | ConversationMemory,
+    conversation_id: str,
+    *,
+    max_tokens: int | None = None,
+    calibrate: bool = True,
 ) -> ProcessHistory[Any]:
     """The conversation's budgeted history as a pydantic-ai ``ProcessHistory`` capability.
 
     Before every model request of a run, whatever history the run carries from earlier runs is
     replaced by ``memory``'s history of ``conversation_id`` (summary first, then whole recent
-    turns); the messages of the current run are kept. Pass it per run
+    turns); the messages of the current run are kept. The whole request — instructions, tool
+    definitions, that history and the run's own messages — is then kept within
+    ``max_tokens``: the oldest turns, whole, are left out of the request until it fits (see
+    :class:`~memlane.agents.RequestBudget`). Pass it per run
     (``agent.run(prompt, capabilities=[memory_history(memory, cid)])``) or on the agent for one
     conversation, and store the run with :func:`store_run` / :func:`async_store_run`.
 
@@ -122,15 +166,30 @@ def memory_history(
     Args:
         memory: Where the conversation lives.
         conversation_id: The conversation.
+        max_tokens: The budget of each whole request; ``None``: the memory's ``max_tokens``.
+        calibrate: Scale counts by the serving model's ratio of reported to counted tokens,
+            learnt from every response and kept in the memory's store (see
+            :class:`~memlane.agents.Calibration`).
 
     Returns:
         The capability.
 
     Raises:
-        ValueError: ``conversation_id`` is not a non-empty string.
+        ValueError: ``conversation_id`` is not a non-empty string, or ``max_tokens`` is not
+            positive.
+        TypeError: ``max_tokens`` is not an ``int`` or ``calibrate`` not a ``bool``.
     """
     if not isinstance(conversation_id, str) or not conversation_id:
         raise ValueError(f"conversation_id must be a non-empty str, got {conversation_id!r}")
+    if not isinstance(calibrate, bool):
+        raise TypeError(f"calibrate must be bool, not {type(calibrate).__name__}")
+    conversation = memory.conversation if isinstance(memory, MemoryManager) else memory
+    budget = (
+        conversation.max_tokens
+        if max_tokens is None
+        else check_positive_int(max_tokens, "max_tokens")
+    )
+    estimator = conversation.estimator
 
     async def replace_history(
         ctx: RunContext[Any], messages: list[ModelMessage]
@@ -139,4 +198,11 @@ def memory_history(
         current = [m for m in messages if m.run_id == ctx.run_id]
         return [*await memory.async_get_message_history(conversation_id), *current]
 
-    return ProcessHistory(replace_history)
+    return _MemoryHistory(
+        replace_history,
+        budget=RequestBudget(
+            budget,
+            estimator=estimator if isinstance(estimator, TokenEstimator) else TokenEstimator(),
+            calibration=Calibration(conversation.store) if calibrate else None,
+        ),
+    )

@@ -10,6 +10,7 @@ the strategy names none), or erased by a neuralyzer.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from memlane._runner import Plan, Summarize, run_async, run_sync
@@ -27,6 +28,8 @@ from memlane.strategies import (
 )
 
 __all__ = ["async_fold_by_strategy", "fold_by_strategy"]
+
+logger = logging.getLogger("memlane")
 
 
 def _fold_plan(
@@ -59,7 +62,11 @@ def _fold_plan(
     if isinstance(strategy, SummarizerStrategy):
         # The lock is held while the model summarises: another turn of this conversation
         # waits rather than being folded by a summary that never saw it.
-        summary = yield Summarize(memory._summary_input(state, count))
+        try:
+            summary = yield Summarize(memory._summary_input(state, count))
+        except Exception:  # noqa: BLE001  # a failing summarizer must never lose a turn
+            logger.warning("memlane: summarizer failed; turns kept unsummarised", exc_info=True)
+            return LongTermPlan(())
         if not isinstance(summary, str):
             raise TypeError(f"summarizer must return str, not {type(summary).__name__}")
     basis = (state, state.summarized_turns, tuple(state.entry_ids)[:count])
