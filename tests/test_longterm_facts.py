@@ -23,7 +23,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from memlane import (
-    FileStore,
     InMemoryStore,
     MemoryManager,
     SQLiteStore,
@@ -41,39 +40,9 @@ from memlane.longterm import (
 )
 from memlane.longterm.model import namespace, parse_namespace
 from memlane.longterm.users import USERS_NAMESPACE
-from memlane.stores import MemoryStore
-from test_database_stores import StoreFactory, initialized, server_for
+from store_kinds import SHARED_STORES, STORES, Made, open_store
 
-STORES = ["memory", "file", "sqlite", "postgres", "mongodb"]
 STEP_TIMEOUT = 120.0
-
-
-class Made:
-    """A store of one kind, and what another process needs to open the same one."""
-
-    def __init__(self, kind: str, store: MemoryStore, cfg: dict[str, Any]) -> None:
-        self.kind = kind
-        self.store = store
-        self.cfg = cfg
-
-
-async def _make(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Made]:
-    if kind in ("postgres", "mongodb"):
-        factory = StoreFactory(kind, server_for(request, kind))
-        store = await initialized(factory.make())
-        yield Made(kind, store, {"url": factory.server.url, "name": factory.name})
-        await factory.cleanup()
-        return
-    local: MemoryStore
-    path = tmp_path / ("lt.sqlite3" if kind == "sqlite" else "lt")
-    if kind == "memory":
-        local = InMemoryStore()
-    elif kind == "sqlite":
-        local = SQLiteStore(path)
-    else:
-        local = FileStore(path)
-    yield Made(kind, local, {"path": str(path)})
-    local.close()
 
 
 @pytest.fixture(params=STORES)
@@ -81,16 +50,16 @@ async def made(
     request: pytest.FixtureRequest, impl: _backend.Implementation, tmp_path: Path
 ) -> AsyncIterator[Made]:
     """Each store kind, built by ``impl``."""
-    async for one in _make(request.param, request, tmp_path):
+    async for one in open_store(request.param, request, tmp_path, "lt"):
         yield one
 
 
-@pytest.fixture(params=[kind for kind in STORES if kind != "memory"])
+@pytest.fixture(params=SHARED_STORES)
 async def shared(
     request: pytest.FixtureRequest, impl: _backend.Implementation, tmp_path: Path
 ) -> AsyncIterator[Made]:
     """Each store kind other processes can open too, built by ``impl``."""
-    async for one in _make(request.param, request, tmp_path):
+    async for one in open_store(request.param, request, tmp_path, "lt"):
         yield one
 
 

@@ -32,44 +32,14 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from memlane import FileStore, InMemoryStore, SQLiteStore, UnstorableValueError, _backend
+from memlane import UnstorableValueError, _backend
 from memlane.longterm import LongTermMemory
 from memlane.longterm.episodes import Episode
 from memlane.longterm.procedures import Procedure, ProcedureNotFoundError
 from memlane.longterm.users import USERS_NAMESPACE, UserContext, UserNotFoundError
-from memlane.stores import MemoryStore
-from test_database_stores import StoreFactory, initialized, server_for
+from store_kinds import SHARED_STORES, STORES, Made, open_store
 
-STORES = ["memory", "file", "sqlite", "postgres", "mongodb"]
 STEP_TIMEOUT = 120.0
-
-
-class Made:
-    """A store of one kind, and what another process needs to open the same one."""
-
-    def __init__(self, kind: str, store: MemoryStore, cfg: dict[str, Any]) -> None:
-        self.kind = kind
-        self.store = store
-        self.cfg = cfg
-
-
-async def _make(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Made]:
-    if kind in ("postgres", "mongodb"):
-        factory = StoreFactory(kind, server_for(request, kind))
-        store = await initialized(factory.make())
-        yield Made(kind, store, {"url": factory.server.url, "name": factory.name})
-        await factory.cleanup()
-        return
-    local: MemoryStore
-    path = tmp_path / ("lt.sqlite3" if kind == "sqlite" else "lt")
-    if kind == "memory":
-        local = InMemoryStore()
-    elif kind == "sqlite":
-        local = SQLiteStore(path)
-    else:
-        local = FileStore(path)
-    yield Made(kind, local, {"path": str(path)})
-    local.close()
 
 
 @pytest.fixture(params=STORES)
@@ -77,16 +47,16 @@ async def made(
     request: pytest.FixtureRequest, impl: _backend.Implementation, tmp_path: Path
 ) -> AsyncIterator[Made]:
     """Each store kind, built by ``impl``."""
-    async for one in _make(request.param, request, tmp_path):
+    async for one in open_store(request.param, request, tmp_path, "lt"):
         yield one
 
 
-@pytest.fixture(params=[kind for kind in STORES if kind != "memory"])
+@pytest.fixture(params=SHARED_STORES)
 async def shared(
     request: pytest.FixtureRequest, impl: _backend.Implementation, tmp_path: Path
 ) -> AsyncIterator[Made]:
     """Each store kind other processes can open too, built by ``impl``."""
-    async for one in _make(request.param, request, tmp_path):
+    async for one in open_store(request.param, request, tmp_path, "lt"):
         yield one
 
 

@@ -12,13 +12,10 @@ from typing import Any
 
 import pytest
 
-from memlane import FileStore, InMemoryStore, SQLiteStore, _backend
+from memlane import InMemoryStore, _backend
 from memlane.longterm import Episode, Fact, LongTermMemory, Procedure
-from memlane.stores import MemoryStore
 from memlane.types import MemoryEntry
-from test_database_stores import StoreFactory, initialized, server_for
-
-STORES = ["memory", "file", "sqlite", "postgres", "mongodb"]
+from store_kinds import STORES, open_store
 
 
 @pytest.fixture(params=STORES)
@@ -26,20 +23,8 @@ async def memory(
     request: pytest.FixtureRequest, impl: _backend.Implementation, tmp_path: Path
 ) -> AsyncIterator[LongTermMemory]:
     """Long-term memory on each store kind, built by ``impl``."""
-    if request.param in ("postgres", "mongodb"):
-        factory = StoreFactory(request.param, server_for(request, request.param))
-        yield LongTermMemory(await initialized(factory.make()))
-        await factory.cleanup()
-        return
-    local: MemoryStore
-    if request.param == "memory":
-        local = InMemoryStore()
-    elif request.param == "sqlite":
-        local = SQLiteStore(tmp_path / "lt.sqlite3")
-    else:
-        local = FileStore(tmp_path / "lt")
-    yield LongTermMemory(local)
-    local.close()
+    async for made in open_store(request.param, request, tmp_path, "lt"):
+        yield LongTermMemory(made.store)
 
 
 @pytest.fixture(params=["sync", "async"])

@@ -15,13 +15,11 @@ from typing import Any
 
 import pytest
 
-from memlane import FileStore, InMemoryStore, SQLiteStore, _backend
-from memlane.stores import MemoryStore, SearchableStore, SearchHit
+from memlane import _backend
+from memlane.stores import SearchableStore, SearchHit
 from memlane.stores.protocol import SEARCH_TEXT, rank_entries, search_terms
 from memlane.types import MemoryEntry, utc_now
-from test_database_stores import StoreFactory, initialized, server_for
-
-STORES = ["memory", "file", "sqlite", "postgres", "mongodb"]
+from store_kinds import STORES, open_store
 
 
 @pytest.fixture(params=STORES)
@@ -29,20 +27,8 @@ async def store(
     request: pytest.FixtureRequest, impl: _backend.Implementation, tmp_path: Path
 ) -> AsyncIterator[Any]:
     """Each store kind, built by ``impl``."""
-    if request.param in ("postgres", "mongodb"):
-        factory = StoreFactory(request.param, server_for(request, request.param))
-        yield await initialized(factory.make())
-        await factory.cleanup()
-        return
-    local: MemoryStore
-    if request.param == "memory":
-        local = InMemoryStore()
-    elif request.param == "sqlite":
-        local = SQLiteStore(tmp_path / "s.sqlite3")
-    else:
-        local = FileStore(tmp_path / "files")
-    yield local
-    local.close()
+    async for made in open_store(request.param, request, tmp_path):
+        yield made.store
 
 
 def doc(

@@ -19,17 +19,12 @@ import pytest
 
 from memlane import (
     ConversationMemory,
-    FileStore,
-    InMemoryStore,
     MemoryManager,
     SQLiteStore,
     _backend,
 )
 from memlane.conversation.state import index_entry, transcript_entry, transcript_namespace
-from memlane.stores import MemoryStore
-from test_database_stores import StoreFactory, initialized, server_for
-
-STORES = ["memory", "file", "sqlite", "postgres", "mongodb"]
+from store_kinds import SHARED_STORES, STORES, open_store
 
 
 @pytest.fixture(params=STORES)
@@ -37,34 +32,17 @@ async def store(
     request: pytest.FixtureRequest, impl: _backend.Implementation, tmp_path: Path
 ) -> AsyncIterator[Any]:
     """Each store kind, built by ``impl``."""
-    async for made in _make(request, request.param, tmp_path):
-        yield made
+    async for made in open_store(request.param, request, tmp_path):
+        yield made.store
 
 
-@pytest.fixture(params=[kind for kind in STORES if kind != "memory"])
+@pytest.fixture(params=SHARED_STORES)
 async def shared_store(
     request: pytest.FixtureRequest, impl: _backend.Implementation, tmp_path: Path
 ) -> AsyncIterator[Any]:
     """Each store kind another memory instance (another host) can read, built by ``impl``."""
-    async for made in _make(request, request.param, tmp_path):
-        yield made
-
-
-async def _make(request: pytest.FixtureRequest, kind: str, tmp_path: Path) -> AsyncIterator[Any]:
-    if kind in ("postgres", "mongodb"):
-        factory = StoreFactory(kind, server_for(request, kind))
-        yield await initialized(factory.make())
-        await factory.cleanup()
-        return
-    local: MemoryStore
-    if kind == "memory":
-        local = InMemoryStore()
-    elif kind == "sqlite":
-        local = SQLiteStore(tmp_path / "t.sqlite3")
-    else:
-        local = FileStore(tmp_path / "files")
-    yield local
-    local.close()
+    async for made in open_store(request.param, request, tmp_path):
+        yield made.store
 
 
 def gist(turns: list[Any]) -> str:
