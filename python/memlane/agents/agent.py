@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid
-from collections import OrderedDict
 from collections.abc import AsyncIterator, Sequence
 from contextlib import (
     AbstractAsyncContextManager,
@@ -15,33 +14,20 @@ from typing import Any, Generic, TypeVar, cast, overload
 
 from pydantic_ai import Agent, capture_run_messages
 from pydantic_ai.agent import AbstractAgent
-from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, UserPromptPart
+from pydantic_ai.messages import ModelMessage
 from pydantic_ai.models import Model
 from pydantic_ai.output import OutputSpec
 from pydantic_ai.run import AgentRunResult
 
-from memlane.agents.budget import RequestBudget
 from memlane.agents.calibration import Calibration
-from memlane.agents.capability import _prompt_text, async_store_run, store_run
+from memlane.agents.capability import async_store_run, store_run
 from memlane.agents.long_term import LongTermBinding
 from memlane.agents.results import MemoryRunResult, MemoryStreamedRun
-from memlane.conversation.agent_hooks import async_fold_by_strategy, fold_by_strategy
-from memlane.conversation.strategies import check_long_term, check_short_term
+from memlane.agents.run_strategies import RunStrategies
 from memlane.longterm import LongTermMemory
 from memlane.longterm.episodes import Episode
 from memlane.manager import MemoryManager
-from memlane.strategies import (
-    Interaction,
-    LongTermStrategy,
-    MemoryMaxTokensStrategy,
-    ShortTermStrategy,
-    SummarizerStrategy,
-    group_interactions,
-    message_token_counter,
-    select_short_term,
-    tool_outcomes,
-)
-from memlane.tokens import TokenEstimator
+from memlane.strategies import LongTermStrategy, ShortTermStrategy
 from memlane.types import ConversationTurn
 
 __all__ = ["MemoryAgent", "MemoryRunResult", "MemoryStreamedRun"]
@@ -242,28 +228,13 @@ class MemoryAgent(Generic[OutputT]):
                 raise TypeError("pass the long-term strategy as long_term or long_term_strategy")
             long_term_strategy, long_term = long_term, None
         self.long_term = _long_term_of(memory, long_term)
-        self.long_term_strategy: LongTermStrategy | None = check_long_term(long_term_strategy)
-        self.short_term: list[ShortTermStrategy] = check_short_term(short_term)
-        if not isinstance(calibrate, bool):
-            raise TypeError(f"calibrate must be bool, not {type(calibrate).__name__}")
-        self.calibration: Calibration | None = Calibration(memory.store) if calibrate else None
-        estimator = memory.conversation.estimator
-        self._estimator = estimator if isinstance(estimator, TokenEstimator) else TokenEstimator()
-        self._count = message_token_counter(self._estimator)
-        # Per conversation: the first message of the history the cache was built on, and the
-        # short-term strategies' cache. Interactions are indexed by position, so a history
-        # whose front moved (turns summarised, or out of the memory's window) starts a new one.
-        self._short_term_caches: OrderedDict[str, tuple[object, dict[Any, object]]] = OrderedDict()
-        if (
-            isinstance(self.long_term_strategy, SummarizerStrategy)
-            and self.long_term_strategy.model is None
-            and getattr(self.agent, "model", None) is None
-            and memory.conversation.summarizer is None
-        ):
-            raise ValueError(
-                "a SummarizerStrategy needs a model: set its model, give the agent one, or "
-                "build the memory with a summarizer"
-            )
+        self._strategies = RunStrategies(
+            memory,
+            short_term=short_term,
+            long_term_strategy=long_term_strategy,
+            calibrate=calibrate,
+            agent_model=getattr(self.agent, "model", None),
+        )
         if not isinstance(record_episodes, bool):
             raise TypeError(f"record_episodes must be bool, not {type(record_episodes).__name__}")
         self._binding: LongTermBinding | None = None
@@ -290,67 +261,25 @@ class MemoryAgent(Generic[OutputT]):
     @property
     def max_tokens(self) -> int:
         """The budget of every whole request a run makes (instructions, tool definitions,
-        history and the run's own messages).
+        history and the run's own messages): the ``memory_max_tokens`` of the last
+        :class:`~memlane.strategies.MemoryMaxTokensStrategy` among the agent's
+        ``short_term`` (else the memory's) that sets one, else the memory's ``max_tokens``."""
+        return self._strategies.max_tokens
 
-        The ``memory_max_tokens`` of the last :class:`~memlane.strategies.MemoryMaxTokensStrategy`
-        among the agent's ``short_term`` (else the memory's) that sets one, else the memory's
-        ``max_tokens``.
-        """
-        for strategies in (self.short_term, self.memory.conversation.short_term):
-            limits = [
-                s.memory_max_tokens
-                for s in strategies
-                if isinstance(s, MemoryMaxTokensStrategy) and s.memory_max_tokens > 0
-            ]
-            if limits:
-                return limits[-1]
-        return self.memory.conversation.max_tokens
+    @property
+    def short_term(self) -> list[ShortTermStrategy]:
+        """The agent's short-term strategies (``[]``: the memory's history as it is)."""
+        return self._strategies.short_term
 
-    def _short_term_view(self, cid: str, history: list[ModelMessage]) -> list[ModelMessage]:
-        """The memory's history after the agent's short-term strategies, the summary first."""
-        if not self.short_term or not history:
-            return history
-        interactions = group_interactions(history, self._count)
-        lead: list[Interaction] = []
-        if interactions and _opens_without_prompt(interactions[0]):
-            lead, interactions = [interactions[0]], interactions[1:]
-        front = interactions[0].messages[0] if interactions else None
-        known = self._short_term_caches.pop(cid, None)
-        cache = known[1] if known is not None and known[0] == front else {}
-        self._short_term_caches[cid] = (front, cache)
-        while len(self._short_term_caches) > _SHORT_TERM_CACHES:
-            self._short_term_caches.popitem(last=False)
-        kept = select_short_term(self.short_term, interactions, self._count, cache)
-        return [m for interaction in [*lead, *kept] for m in interaction.messages]
+    @property
+    def long_term_strategy(self) -> LongTermStrategy | None:
+        """The agent's own long-term strategy, run after each run, or ``None``."""
+        return self._strategies.long_term_strategy
 
-    def _budget(self, *, sync: bool) -> RequestBudget:
-        return RequestBudget(
-            self.max_tokens,
-            estimator=self._estimator,
-            calibration=self.calibration,
-            sync_store=sync,
-        )
-
-    def _wants_knowledge(self) -> bool:
-        strategy = self.memory.conversation.long_term_strategy
-        return (
-            isinstance(strategy, SummarizerStrategy)
-            and strategy.knowledge_base is not None
-            and strategy.knowledge_base.search_mode == "always"
-        )
-
-    def _summary_model(self, kwargs: dict[str, Any]) -> Any:
-        """The model a summarizer strategy without one uses: the run's, else the agent's."""
-        model = kwargs.get("model")
-        return model if model is not None else getattr(self.agent, "model", None)
-
-    def _fold_args(self, result: AgentRunResult[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
-        messages = result.new_messages()
-        return {
-            "input_tokens": _peak_input_tokens(messages),
-            "tool_outcomes": tool_outcomes(messages),
-            "model": self._summary_model(kwargs),
-        }
+    @property
+    def calibration(self) -> Calibration | None:
+        """The per-model calibration (``None`` with ``calibrate=False``)."""
+        return self._strategies.calibration
 
     def _working_memory(self) -> str | None:
         # Sync on purpose: pydantic-ai runs a plain instruction function in a worker thread,
@@ -379,7 +308,8 @@ class MemoryAgent(Generic[OutputT]):
             kwargs["instructions"] = _add_instruction(kwargs.get("instructions"), context)
             kwargs["toolsets"] = [*(kwargs.get("toolsets") or ()), self._binding.toolset]
         # Last of the run's capabilities: it sees the request as the others left it.
-        kwargs["capabilities"] = [*(kwargs.get("capabilities") or ()), self._budget(sync=sync)]
+        budget = self._strategies.budget(sync=sync)
+        kwargs["capabilities"] = [*(kwargs.get("capabilities") or ()), budget]
         # pydantic-ai tags the run's messages with the id, so traces name memlane's conversation.
         kwargs["conversation_id"] = conversation_id
         return kwargs
@@ -480,13 +410,9 @@ class MemoryAgent(Generic[OutputT]):
         history = (
             []
             if conversation_id is None
-            else self._short_term_view(cid, await self.memory.async_get_message_history(cid))
+            else self._strategies.history(cid, await self.memory.async_get_message_history(cid))
         )
-        knowledge = None
-        if self._wants_knowledge():
-            knowledge = await self.memory.conversation.async_knowledge_for(
-                cid, _user_text(user_prompt)
-            )
+        knowledge = await self._strategies.async_knowledge(cid, user_prompt)
         run_kwargs = self._run_kwargs(cid, kwargs, sync=False, knowledge=knowledge)
         with self._capture() as messages:
             try:
@@ -500,13 +426,7 @@ class MemoryAgent(Generic[OutputT]):
                     )
                 raise
         turn = await async_store_run(self.memory, cid, result, metadata=self._metadata())
-        if self.long_term_strategy is not None:
-            await async_fold_by_strategy(
-                self.memory.conversation,
-                cid,
-                self.long_term_strategy,
-                **self._fold_args(result, kwargs),
-            )
+        await self._strategies.async_after_run(cid, result, kwargs.get("model"))
         episode = None if self._binding is None else await self._binding.async_record(result, cid)
         if episode is not None and self._extracts:
             await self.memory.async_extract_facts(cid)
@@ -560,11 +480,9 @@ class MemoryAgent(Generic[OutputT]):
         history = (
             []
             if conversation_id is None
-            else self._short_term_view(cid, self.memory.get_message_history(cid))
+            else self._strategies.history(cid, self.memory.get_message_history(cid))
         )
-        knowledge = None
-        if self._wants_knowledge():
-            knowledge = self.memory.conversation.knowledge_for(cid, _user_text(user_prompt))
+        knowledge = self._strategies.knowledge(cid, user_prompt)
         run_kwargs = self._run_kwargs(cid, kwargs, sync=True, knowledge=knowledge)
         with self._capture() as messages:
             try:
@@ -576,13 +494,7 @@ class MemoryAgent(Generic[OutputT]):
                     self._binding.record_failure(exc, user_prompt, messages, len(history), cid)
                 raise
         turn = store_run(self.memory, cid, result, metadata=self._metadata())
-        if self.long_term_strategy is not None:
-            fold_by_strategy(
-                self.memory.conversation,
-                cid,
-                self.long_term_strategy,
-                **self._fold_args(result, kwargs),
-            )
+        self._strategies.after_run(cid, result, kwargs.get("model"))
         episode = None if self._binding is None else self._binding.record(result, cid)
         if episode is not None and self._extracts:
             self.memory.extract_facts(cid)
@@ -638,13 +550,9 @@ class MemoryAgent(Generic[OutputT]):
         history = (
             []
             if conversation_id is None
-            else self._short_term_view(cid, await self.memory.async_get_message_history(cid))
+            else self._strategies.history(cid, await self.memory.async_get_message_history(cid))
         )
-        knowledge = None
-        if self._wants_knowledge():
-            knowledge = await self.memory.conversation.async_knowledge_for(
-                cid, _user_text(user_prompt)
-            )
+        knowledge = await self._strategies.async_knowledge(cid, user_prompt)
         run_kwargs = self._run_kwargs(cid, kwargs, sync=False, knowledge=knowledge)
         with self._capture() as messages:
             try:
@@ -657,13 +565,9 @@ class MemoryAgent(Generic[OutputT]):
                         streamed.turn = await async_store_run(
                             self.memory, cid, stream.result, metadata=self._metadata()
                         )
-                        if self.long_term_strategy is not None:
-                            await async_fold_by_strategy(
-                                self.memory.conversation,
-                                cid,
-                                self.long_term_strategy,
-                                **self._fold_args(stream.result, kwargs),
-                            )
+                        await self._strategies.async_after_run(
+                            cid, stream.result, kwargs.get("model")
+                        )
             except Exception as exc:
                 if self._binding is not None:
                     await self._binding.async_record_failure(
@@ -674,40 +578,6 @@ class MemoryAgent(Generic[OutputT]):
             streamed.episode = await self._binding.async_record(stream.result, cid)
             if streamed.episode is not None and self._extracts:
                 await self.memory.async_extract_facts(cid)
-
-
-_SHORT_TERM_CACHES = 1024
-"""Conversations whose short-term strategy caches an agent keeps (least recently used go)."""
-
-
-def _opens_without_prompt(interaction: Interaction) -> bool:
-    """Whether an interaction is what precedes the first prompt (the summary)."""
-    first = interaction.messages[0]
-    return not (
-        isinstance(first, ModelRequest) and any(isinstance(p, UserPromptPart) for p in first.parts)
-    )
-
-
-def _peak_input_tokens(messages: Sequence[ModelMessage]) -> int | None:
-    """The most input tokens one request of a run reported: the largest context it sent.
-
-    Not the run's total, which adds up every request of a tool loop although the model's
-    context never held more than the largest of them.
-    """
-    reported = [
-        m.usage.input_tokens
-        for m in messages
-        if isinstance(m, ModelResponse) and m.usage.input_tokens
-    ]
-    return max(reported) if reported else None
-
-
-def _user_text(user_prompt: str | Sequence[Any] | None) -> str:
-    if user_prompt is None:
-        return ""
-    if isinstance(user_prompt, str):
-        return user_prompt
-    return _prompt_text([ModelRequest(parts=[UserPromptPart(content=user_prompt)])])
 
 
 def _long_term_of(memory: MemoryManager, long_term: object) -> LongTermMemory | None:
