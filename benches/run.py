@@ -8,7 +8,7 @@ Usage::
     python -m benches --report          # regenerate RESULTS.md / plots / README from results.json
 
 Workloads: tokens (1), turns (2), scaling (3), stores (4), memory (5), fleet (6), longterm (7),
-shared (8).
+shared (8), strategies (9).
 Results are stored per workload in ``benches/results.json``, so a workload can be re-run on its own.
 """
 
@@ -31,6 +31,7 @@ from benches import (
     bench_memory,
     bench_shared,
     bench_stores,
+    bench_strategies,
     bench_tokens,
     bench_turns,
     report,
@@ -54,6 +55,10 @@ WORKLOADS = {
     "shared": (
         "8. Shared memory: add and each role's view against the job's size",
         bench_shared.run,
+    ),
+    "strategies": (
+        "9. Memory strategies: max-tokens with two conditions against the plain budget",
+        bench_strategies.run,
     ),
 }
 RESULTS_JSON = BENCH_DIR / "results.json"
