@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,7 @@ from memlane.agents import (
     MemoryAgent,
     RequestBudget,
     async_store_run,
+    count_request,
     memory_history,
 )
 from memlane.longterm import LongTermMemory
@@ -170,6 +172,50 @@ class TestTheWholeRequestFits:
         assert max(meter.counted) <= 700
         assert len(memory.get_turns(cid)) == 7
         assert all(pairing_errors(r) == [] for r in meter.requests)
+
+    async def test_streamed_runs(self, impl: _backend.Implementation) -> None:
+        counted: list[int] = []
+
+        async def streamer(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str]:
+            counted.append(request_tokens(messages, info))
+            yield "a streamed answer " * 20
+
+        memory = MemoryManager(max_conversation_tokens=500)
+        inner = Agent(FunctionModel(Meter(), stream_function=streamer), instructions=INSTRUCTIONS)
+        agent = MemoryAgent(
+            inner,
+            memory=memory,
+            calibrate=False,
+            long_term=NeuralyzerStrategy(interaction_threshold_qty=4, interaction_keep=1),
+        )
+        cid: str | None = None
+        for i in range(4):
+            async with agent.run_stream(f"topic {i}", conversation_id=cid) as streamed:
+                await streamed.get_output()
+            cid = streamed.conversation_id
+        assert cid is not None
+        assert max(counted) <= 500
+        assert [t.turn_id for t in memory.get_turns(cid)] == [3]  # the 4th interaction fired
+
+    def test_count_request_is_what_the_model_gets(self, impl: _backend.Implementation) -> None:
+        seen: list[tuple[int, int]] = []
+
+        def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+            mine = count_request(messages, info.model_request_parameters).total
+            seen.append((mine, request_tokens(messages, info)))
+            return ModelResponse(parts=[TextPart("ok")])
+
+        inner = Agent(FunctionModel(model), instructions=INSTRUCTIONS)
+
+        @inner.tool_plain(description=TOOL_DOC)
+        def search(topic: str) -> str:
+            return topic
+
+        agent = MemoryAgent(inner, memory=MemoryManager(), calibrate=False)
+        cid = agent.run_sync("one").conversation_id
+        agent.run_sync("two", conversation_id=cid)
+        assert seen
+        assert all(mine == theirs for mine, theirs in seen)
 
     def test_the_summary_leads(self, impl: _backend.Implementation) -> None:
         memory = MemoryManager(

@@ -20,7 +20,7 @@ import dataclasses
 import json
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -142,6 +142,11 @@ class RequestBudget(AbstractCapability[Any]):
     calibration: Calibration | None = None
     sync_store: bool = False
     _pending: int = field(default=0, init=False, repr=False)  # the count of the request in flight
+    # Each message's count, by id for the run's lifetime: the entry holds the message, so
+    # its id cannot be handed to another while the entry exists.
+    _counts: dict[int, tuple[ModelMessage, int]] = field(
+        default_factory=dict, init=False, repr=False
+    )
 
     def __post_init__(self) -> None:
         check_positive_int(self.max_tokens, "max_tokens")
@@ -149,6 +154,17 @@ class RequestBudget(AbstractCapability[Any]):
     async def for_run(self, ctx: RunContext[Any]) -> RequestBudget:
         # One instance per run: the count in flight belongs to a run.
         return dataclasses.replace(self)
+
+    def _tokens(self, messages: Sequence[ModelMessage]) -> int:
+        """The messages' tokens, each message counted once per run."""
+        total = 0
+        for message in messages:
+            known = self._counts.get(id(message))
+            if known is None or known[0] is not message:
+                known = (message, _count(self.estimator, message_texts([message])))
+                self._counts[id(message)] = known
+            total += known[1]
+        return total
 
     async def _ratio(self, model_name: str) -> float:
         if self.calibration is None:
@@ -173,11 +189,11 @@ class RequestBudget(AbstractCapability[Any]):
         split = next((i for i, m in enumerate(messages) if m.run_id == ctx.run_id), len(messages))
         history, own = messages[:split], messages[split:]
         instructions, tools = _fixed_texts(request_context.model_request_parameters)
-        fixed = _count(self.estimator, [*instructions, *tools, *message_texts(own)])
+        fixed = _count(self.estimator, [*instructions, *tools]) + self._tokens(own)
         ratio = await self._ratio(request_context.model.model_name)
-        # The largest count whose scaled value still fits: ceil(tokens * ratio) <= max_tokens.
+        # The most tokens whose scaled count still fits: tokens * ratio <= max_tokens.
         room = math.floor(self.max_tokens / ratio) - fixed
-        kept = _fit_history(history, room, self.estimator)
+        kept = _fit_history(history, room, self._tokens)
         if room < 0:
             logger.warning(
                 "memlane: a request's instructions, tools and messages of the run take %d "
@@ -187,7 +203,7 @@ class RequestBudget(AbstractCapability[Any]):
                 self.max_tokens,
             )
         request_context.messages = [*kept, *own]
-        self._pending = fixed + _count(self.estimator, message_texts(kept))
+        self._pending = fixed + self._tokens(kept)
         return request_context
 
     async def after_model_request(
@@ -210,13 +226,13 @@ class RequestBudget(AbstractCapability[Any]):
 
 
 def _fit_history(
-    history: list[ModelMessage], room: int, estimator: TokenEstimator
+    history: list[ModelMessage], room: int, count: Callable[[Sequence[ModelMessage]], int]
 ) -> list[ModelMessage]:
     """The newest whole interactions of ``history`` that fit ``room``, the summary first."""
     if not history or room <= 0:
         return []
     merged, history = _split_summary(history)
-    interactions = group_interactions(history, lambda m: _count(estimator, message_texts(m)))
+    interactions = group_interactions(history, count)
     lead: list[Interaction] = []
     # Messages before the first prompt (the summary) lead, and are dropped last.
     if interactions and not _starts_with_prompt(interactions[0].messages):
