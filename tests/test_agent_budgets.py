@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -347,6 +348,22 @@ class TestCalibration:
         assert store.load_by_key("calibration", "m").content["samples"] == 3
         assert one.observe("wild", counted=10, reported=10_000) == 3.0  # clamped
         assert one.scale("wild", 10) == 30
+
+    def test_hosts_observing_at_once(self, store: Any) -> None:
+        hosts = [Calibration(store), Calibration(store)]
+
+        def observe(calibration: Calibration) -> None:
+            for _ in range(20):
+                calibration.observe("m", counted=100, reported=120)
+
+        threads = [threading.Thread(target=observe, args=(host,)) for host in hosts]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        entry = store.load_by_key("calibration", "m")
+        assert entry.content["samples"] == 40  # no sample lost to a concurrent update
+        assert entry.content["ratio"] == pytest.approx(1.2)
 
     def test_bad_arguments(self, impl: _backend.Implementation) -> None:
         calibration = Calibration(InMemoryStore())

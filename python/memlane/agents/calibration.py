@@ -23,8 +23,9 @@ __all__ = ["Calibration"]
 
 logger = logging.getLogger("memlane")
 
-_ROUNDS = 8
-"""How often an observation is merged again after other hosts updated the ratio first."""
+_ROUNDS = 32
+"""How often an observation is merged again after other hosts updated the ratio first (each
+loss means another host's update won, so the hosts together always make progress)."""
 
 
 class Calibration:
