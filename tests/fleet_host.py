@@ -207,6 +207,7 @@ def _host(cfg: dict[str, Any]) -> None:
         max_conversation_tokens=cfg["max_tokens"],
         summarize_threshold=cfg.get("summarize_threshold", 10**9),
         summarizer=concat_summarizer if cfg.get("summarize") else None,
+        conversation_ttl=cfg.get("conversation_ttl"),
     )
     memory = manager.conversation
     _say(state="ready", backend=memlane.BACKEND)

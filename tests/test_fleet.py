@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -267,6 +268,49 @@ class TestProcessesInterleavingTurns:
                 assert seen["prompts"] == prompts
                 assert seen["turn_ids"] == list(range(2 * self.TURNS))
             for child in pair:
+                child.exit()
+
+
+class TestIdleConversationsExpireAcrossProcesses:
+    """A conversation another process keeps alive stays; idle everywhere, it is gone for all,
+    and a life started again elsewhere replaces what a host still had cached."""
+
+    @pytest.fixture
+    def sqlite_place(self, tmp_path: Path) -> dict[str, Any]:
+        path = tmp_path / "ttl.sqlite3"
+        make_store({"kind": "sqlite", "path": str(path)}).close()
+        return {"kind": "sqlite", "path": str(path), "name": "ttl"}
+
+    def test_kept_alive_elsewhere(
+        self, sqlite_place: dict[str, Any], impl: _backend.Implementation
+    ) -> None:
+        cid, ttl = uuid.uuid4().hex, 4.0
+        cfg = {"max_tokens": 100_000, "conversation_ttl": ttl}
+        with child_hosts(sqlite_place, impl, cfg, cfg) as (a, b):
+            a.call("add", cid=cid, prompt="from a")
+            time.sleep(ttl * 0.6)
+            b.call("add", cid=cid, prompt="from b")  # pushes the expiry past a's own
+            time.sleep(ttl * 0.55)  # past a's turn + ttl, well before b's
+            assert a.call("view", cid=cid)["prompts"] == ["from a", "from b"]
+            time.sleep(ttl * 1.1)  # idle past the ttl for everyone
+            assert a.call("view", cid=cid)["prompts"] == []
+            assert b.call("view", cid=cid)["prompts"] == []
+            for child in (a, b):
+                child.exit()
+
+    def test_started_again_elsewhere(
+        self, sqlite_place: dict[str, Any], impl: _backend.Implementation
+    ) -> None:
+        cid = uuid.uuid4().hex
+        cfg = {"max_tokens": 100_000, "conversation_ttl": 1.0}
+        with child_hosts(sqlite_place, impl, cfg, cfg) as (a, b):
+            a.call("add", cid=cid, prompt="old life")
+            time.sleep(1.3)
+            b.call("add", cid=cid, prompt="new life")  # b finds it expired: a new life
+            shown = a.call("view", cid=cid)  # a's cache is of the old life
+            assert shown["prompts"] == ["new life"]
+            assert shown["turn_ids"] == [0]
+            for child in (a, b):
                 child.exit()
 
 

@@ -111,6 +111,13 @@ class NewTurn(NamedTuple):
     tokens: int
 
 
+def _generation(index: MemoryEntry) -> str | None:
+    """The life of a conversation its index entry names (``None``: written before lives)."""
+    content = index.content
+    generation = content.get("generation") if isinstance(content, dict) else None
+    return generation if isinstance(generation, str) else None
+
+
 class ConversationLogic:
     """Per-conversation states and the plans that read and change them.
 
@@ -195,12 +202,19 @@ class ConversationLogic:
     def _still_alive_plan(
         self, cid: str, state: ConversationState
     ) -> Plan[ConversationState | None]:
-        """``state`` if the conversation is not idle past its ttl after all, else ``None``
-        (and it is gone from the store). Another host may have kept it alive: its index
-        entry, which every turn saves again, says."""
+        """``state`` if the conversation is not idle past its ttl after all, else ``None``.
+
+        Another host may have kept it alive: its index entry, which every turn saves again,
+        says. If that host found it expired and started it again, the entry names another
+        generation: the cache is dropped and the new life read afresh. If nobody kept it
+        alive, it is removed from the store.
+        """
         if self._persistent:
             index: MemoryEntry | None = yield StoreCall("load_by_key", (INDEX_NAMESPACE, cid))
             if index is not None:
+                if _generation(index) != state.generation:
+                    self._states.pop(cid, None)
+                    return None
                 state.expires_at = (
                     None if index.expires_at is None else index.expires_at.timestamp()
                 )
@@ -222,7 +236,10 @@ class ConversationLogic:
         state.expires_at = now + self.conversation_ttl
         if self._persistent:
             until = datetime.fromtimestamp(state.expires_at, UTC)
-            yield StoreCall("save", (INDEX_NAMESPACE, index_entry(cid, until)))
+            if state.generation is None:
+                state.generation = uuid.uuid4().hex
+            entry = index_entry(cid, until, state.generation)
+            yield StoreCall("save", (INDEX_NAMESPACE, entry))
 
     def _load_plan(self, cid: str, *, create: bool) -> Plan[ConversationState | None]:
         """Loads a conversation from the store and caches it (created if asked)."""
@@ -241,8 +258,10 @@ class ConversationLogic:
         state, leftovers = restore(entries, self.max_tokens)
         for entry_id in leftovers:
             yield StoreCall("delete", (ns, entry_id))
-        if index is not None and index.expires_at is not None:
-            state.expires_at = index.expires_at.timestamp()
+        if index is not None:
+            state.generation = _generation(index)
+            if index.expires_at is not None:
+                state.expires_at = index.expires_at.timestamp()
         if not known:
             yield StoreCall("save", (INDEX_NAMESPACE, index_entry(cid)))
             yield from self._touch_plan(cid, state)
@@ -636,18 +655,15 @@ class ConversationLogic:
         for cid in candidates:
             lock = yield from self._locked(cid)
             state = self._states.get(cid)
-            if state is not None and self._persistent:
-                state.expires_at = 0.0  # make the next check ask the store
-            if state is None and self._persistent:
+            if self._persistent:
                 index: MemoryEntry | None = yield StoreCall("load_by_key", (INDEX_NAMESPACE, cid))
-                gone = index is None
-            elif state is not None:
-                gone = (yield from self._still_alive_plan(cid, state)) is None
-            else:
-                gone = False
-            if gone:
-                if state is None:
+                if index is None:
                     yield from self._expire_plan(cid)
+                    removed += 1
+                elif state is not None and _generation(index) != state.generation:
+                    self._states.pop(cid, None)  # a new life began elsewhere: read it afresh
+            elif state is not None:
+                yield from self._expire_plan(cid)
                 removed += 1
             yield Release(lock)
         return removed

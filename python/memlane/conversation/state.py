@@ -118,6 +118,7 @@ class ConversationState:
         "entry_ids",
         "expires_at",
         "extracted_upto",
+        "generation",
         "head",
         "ledger",
         "records",
@@ -147,6 +148,9 @@ class ConversationState:
         # Unix seconds after which the conversation is idle past its ttl, as far as this
         # process knows (another host may have kept it alive since): None without a ttl.
         self.expires_at: float | None = None
+        # Which life of the conversation this is: one idle past its ttl is gone, and a turn
+        # under the same id starts a new one, which a host's cache of the old must not serve.
+        self.generation: str | None = None
         # What short-term strategies remember between reads of this conversation.
         self.strategy_cache: dict[Any, object] = {}
 
@@ -292,7 +296,9 @@ def summary_entry(
     )
 
 
-def index_entry(conversation_id: str, expires_at: datetime | None = None) -> MemoryEntry:
+def index_entry(
+    conversation_id: str, expires_at: datetime | None = None, generation: str | None = None
+) -> MemoryEntry:
     """The entry that lists a conversation in :data:`INDEX_NAMESPACE`.
 
     Its id is derived from the conversation id, so an expired one (which no load returns)
@@ -303,7 +309,7 @@ def index_entry(conversation_id: str, expires_at: datetime | None = None) -> Mem
         entry_id=uuid.uuid5(uuid.NAMESPACE_URL, f"memlane:{conversation_id}").hex,
         scope=MemoryScope.CONVERSATION,
         key=conversation_id,
-        content={"conversation_id": conversation_id},
+        content={"conversation_id": conversation_id, "generation": generation},
         metadata={},
         created_at=utc_now(),
         expires_at=expires_at,
