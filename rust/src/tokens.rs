@@ -1,12 +1,14 @@
-//! Token counting: exact BPE counts through tiktoken-rs (rank files compiled in) and the
+//! Token counting: exact BPE counts (tiktoken's merge over rank files compiled in) and the
 //! whitespace-word heuristic of the design memlane grew out of.
 
 use std::sync::OnceLock;
 
+use std::cmp::Reverse;
+use std::collections::binary_heap::{BinaryHeap, PeekMut};
+
 use base64::{engine::general_purpose, Engine as _};
 use regex::{Regex, RegexBuilder};
 use rustc_hash::FxHashMap;
-use tiktoken_rs::{CoreBPE, Rank};
 
 /// The BPE encodings memlane can count with. Both rank files are embedded in the binary.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -43,12 +45,14 @@ impl Encoding {
                 ExactCounter::new(
                     include_str!("../../python/memlane/_ranks/o200k_base.tiktoken"),
                     O200K_SPLIT,
+                    0,
                 )
             }),
             Self::Cl100kBase => CL100K.get_or_init(|| {
                 ExactCounter::new(
                     include_str!("../../python/memlane/_ranks/cl100k_base.tiktoken"),
                     CL100K_SPLIT,
+                    1,
                 )
             }),
         }
@@ -73,29 +77,60 @@ const CL100K_SPLIT: &str = concat!(
     r"|\s+$|\s*[\r\n]|\s+",
 );
 
+/// A token's rank: its id, and its merge priority (lower merges first).
+pub type Rank = u32;
+
+/// Pieces from this many bytes on are merged with a heap in O(n log n); shorter ones by
+/// tiktoken's rescan, which is faster on the short pieces real text is made of.
+const LARGE_PIECE: usize = 128;
+/// Piece counts each thread remembers per encoding before it forgets them all: prose and
+/// code repeat their words, so most pieces that are not whole tokens have been merged before.
+const CACHE_ENTRIES: usize = 1 << 13;
+/// `merge_large` packs a heap entry as rank << START_BITS | start: pieces up to 16 TiB, and
+/// ranks below 2^20 (both encodings stop under 201,000), which `ExactCounter::new` checks.
+const START_BITS: u32 = 44;
+const START_MASK: u64 = (1 << START_BITS) - 1;
+
+thread_local! {
+    /// Per-thread (so counting never locks) and per-encoding: piece bytes → token count. Only
+    /// short pieces that are not whole tokens go in, and it is cleared when full, so it is
+    /// exact by construction (a hit returns what the merge returned for the same bytes).
+    static PIECE_COUNTS: [std::cell::RefCell<FxHashMap<Box<[u8]>, usize>>; 2] = Default::default();
+}
+
 /// Exact BPE counting: a DFA pre-tokenizer, direct rank lookups for pieces that are whole
-/// tokens, and tiktoken-rs's byte-pair merge (its O(n log n) heap variant for long pieces) for
-/// the rest.
+/// tokens, a per-thread cache of the other pieces, and tiktoken's byte-pair merge (lowest
+/// rank first, leftmost among equal ranks) for the rest.
 pub struct ExactCounter {
     ranks: FxHashMap<Vec<u8>, Rank>,
+    /// The rank of every two-byte token, indexed by its bytes read big-endian, `Rank::MAX`
+    /// where none: the first round of every merge looks up each adjacent byte pair, and a
+    /// 256 KiB table answers that without hashing.
+    pair_ranks: Box<[Rank]>,
     split: Regex,
-    /// tiktoken-rs over the same ranks with a pattern that never splits: it BPE-merges one
-    /// piece exactly as tiktoken does.
-    merge: CoreBPE,
+    /// Which of the per-thread caches is this encoding's.
+    cache_slot: usize,
 }
 
 impl ExactCounter {
-    fn new(rank_file: &str, split: &str) -> Self {
+    fn new(rank_file: &str, split: &str, cache_slot: usize) -> Self {
         let mut ranks = FxHashMap::default();
+        let mut pair_ranks = vec![Rank::MAX; 1 << 16].into_boxed_slice();
         for line in rank_file.lines().filter(|l| !l.is_empty()) {
             let (token, rank) = line.split_once(' ').expect("rank file line: token rank");
             let token = general_purpose::STANDARD
                 .decode(token)
                 .expect("base64 token");
-            ranks.insert(token, rank.parse::<Rank>().expect("numeric rank"));
+            let rank = rank.parse::<Rank>().expect("numeric rank");
+            assert!(
+                rank < 1 << (64 - START_BITS),
+                "rank {rank} does not fit a heap entry"
+            );
+            if let [a, b] = token[..] {
+                pair_ranks[usize::from(a) << 8 | usize::from(b)] = rank;
+            }
+            ranks.insert(token, rank);
         }
-        let merge = CoreBPE::new(ranks.clone(), FxHashMap::default(), "(?s:.+)")
-            .expect("a pattern that never splits compiles");
         // The Unicode classes make the lazy DFA large: with the default cache it thrashes on
         // CJK text (rebuilt state after state, ~7x slower than tiktoken there).
         let split = RegexBuilder::new(split)
@@ -105,8 +140,19 @@ impl ExactCounter {
             .expect("split pattern compiles");
         Self {
             ranks,
+            pair_ranks,
             split,
-            merge,
+            cache_slot,
+        }
+    }
+
+    /// The rank of `bytes` as one token, `Rank::MAX` if it is none.
+    #[inline]
+    fn rank(&self, bytes: &[u8]) -> Rank {
+        if let [a, b] = *bytes {
+            self.pair_ranks[usize::from(a) << 8 | usize::from(b)]
+        } else {
+            self.ranks.get(bytes).copied().unwrap_or(Rank::MAX)
         }
     }
 
@@ -154,15 +200,147 @@ impl ExactCounter {
 
     /// Tokens in `text` (special-token strings count as plain text).
     pub fn count(&self, text: &str) -> usize {
-        self.pieces(text)
-            .map(|piece| {
-                if self.ranks.contains_key(piece.as_bytes()) {
-                    1
-                } else {
-                    self.merge.encode_ordinary(piece).len()
+        PIECE_COUNTS.with(|caches| {
+            let mut cache = caches[self.cache_slot].borrow_mut();
+            self.pieces(text)
+                .map(|piece| self.count_piece(piece.as_bytes(), &mut cache))
+                .sum()
+        })
+    }
+
+    fn count_piece(&self, piece: &[u8], cache: &mut FxHashMap<Box<[u8]>, usize>) -> usize {
+        // tiktoken takes a piece that is a token as it is, whatever its merge would give.
+        if self.rank(piece) != Rank::MAX {
+            return 1;
+        }
+        if piece.len() >= LARGE_PIECE {
+            return self.merge_large(piece);
+        }
+        if let Some(&count) = cache.get(piece) {
+            return count;
+        }
+        let count = self.merge_small(piece);
+        if cache.len() >= CACHE_ENTRIES {
+            cache.clear();
+        }
+        cache.insert(piece.into(), count);
+        count
+    }
+
+    /// Tokens in one piece of fewer than `LARGE_PIECE` bytes, by tiktoken's own merge: rescan
+    /// the pairs for the lowest rank (leftmost first), merge it, re-rank its two neighbours.
+    fn merge_small(&self, piece: &[u8]) -> usize {
+        debug_assert!(piece.len() < LARGE_PIECE);
+        if piece.len() < 2 {
+            return piece.len();
+        }
+        // parts[i] = (start of part i, rank of parts i and i + 1 merged); two sentinels.
+        let mut parts = [(0usize, Rank::MAX); LARGE_PIECE + 1];
+        let mut len = piece.len() + 1;
+        for (i, part) in parts[..len].iter_mut().enumerate() {
+            *part = (i, Rank::MAX);
+        }
+        for i in 0..piece.len() - 1 {
+            parts[i].1 = self.rank(&piece[i..i + 2]);
+        }
+        // The rank of parts i, i + 1 merged once i + 1 has absorbed i + 2.
+        let rank_after = |parts: &[(usize, Rank)], len: usize, i: usize| {
+            if i + 3 < len {
+                self.rank(&piece[parts[i].0..parts[i + 3].0])
+            } else {
+                Rank::MAX
+            }
+        };
+        loop {
+            let (mut min_rank, mut min_i) = (Rank::MAX, 0);
+            for (i, &(_, rank)) in parts[..len - 1].iter().enumerate() {
+                if rank < min_rank {
+                    (min_rank, min_i) = (rank, i);
                 }
-            })
-            .sum()
+            }
+            if min_rank == Rank::MAX {
+                return len - 1;
+            }
+            let i = min_i;
+            if i > 0 {
+                parts[i - 1].1 = rank_after(&parts, len, i - 1);
+            }
+            parts[i].1 = rank_after(&parts, len, i);
+            parts.copy_within(i + 2..len, i + 1);
+            len -= 1;
+        }
+    }
+
+    /// Tokens in a piece of any length, merged in the same order as `merge_small` (lowest
+    /// rank, then leftmost) with a heap of candidate pairs instead of a rescan: O(n log n),
+    /// which keeps a megabyte without whitespace from turning quadratic.
+    ///
+    /// Heap entries are never removed; an entry is current iff `pair_rank[start]` still holds
+    /// its rank. Ranks are unique per byte string, so an equal rank at the same start is the
+    /// same pair, and a merged-away part has `Rank::MAX`, which is never pushed. An entry is
+    /// one `u64`, rank above start, so that it orders as (rank, start) and the heap of a long
+    /// piece stays half the size of a tuple's: on 200 KB the merge waits on the heap's memory.
+    fn merge_large(&self, piece: &[u8]) -> usize {
+        let n = piece.len();
+        if n < 2 {
+            return n;
+        }
+        let key = |rank: Rank, start: usize| Reverse(u64::from(rank) << START_BITS | start as u64);
+        let mut next: Vec<usize> = (1..=n).collect();
+        let mut prev: Vec<usize> = (0..n).map(|i| i.wrapping_sub(1)).collect();
+        let mut pair_rank = vec![Rank::MAX; n];
+        let mut heap = Vec::with_capacity(n);
+        for i in 0..n - 1 {
+            let rank = self.rank(&piece[i..i + 2]);
+            pair_rank[i] = rank;
+            if rank != Rank::MAX {
+                heap.push(key(rank, i));
+            }
+        }
+        let mut heap = BinaryHeap::from(heap);
+        let mut count = n;
+        // The top entry is replaced by a new candidate where there is one (one sift instead
+        // of a pop and a push).
+        loop {
+            let Some(mut top) = heap.peek_mut() else {
+                return count;
+            };
+            let Reverse(entry) = *top;
+            let (rank, start) = ((entry >> START_BITS) as Rank, (entry & START_MASK) as usize);
+            if pair_rank[start] != rank {
+                PeekMut::pop(top);
+                continue;
+            }
+            let mid = next[start];
+            let end = next[mid];
+            next[start] = end;
+            pair_rank[mid] = Rank::MAX;
+            count -= 1;
+            pair_rank[start] = if end < n {
+                prev[end] = start;
+                self.rank(&piece[start..next[end]])
+            } else {
+                Rank::MAX
+            };
+            let before = prev[start];
+            if before != usize::MAX {
+                pair_rank[before] = self.rank(&piece[before..end]);
+            }
+            let after = (pair_rank[start] != Rank::MAX).then(|| key(pair_rank[start], start));
+            let before = (before != usize::MAX && pair_rank[before] != Rank::MAX)
+                .then(|| key(pair_rank[before], before));
+            match (after, before) {
+                (Some(a), b) => {
+                    *top = a;
+                    drop(top);
+                    heap.extend(b);
+                }
+                (None, Some(b)) => *top = b,
+                (None, None) => {
+                    PeekMut::pop(top);
+                }
+            }
+        }
     }
 }
 
@@ -270,9 +448,8 @@ mod tests {
 
     /// A megabyte without whitespace stays linear to split: the pieces tile the text (one
     /// search per piece, each starting where the last ended), and a run of one character class
-    /// is one piece, merged once. tiktoken-rs merges pieces of 100 bytes or more with its
-    /// O(n log n) heap, which `exact_counts_known_strings` and the Python differential tests
-    /// hold to tiktoken's counts. No timing: a loaded machine makes wall-clock bounds flaky.
+    /// is one piece, merged once by the O(n log n) heap (`merges_agree_with_tiktoken`). No
+    /// timing: a loaded machine makes wall-clock bounds flaky.
     #[test]
     fn long_pieces_are_split_in_one_pass() {
         let counter = Encoding::O200kBase.counter();
@@ -289,6 +466,77 @@ mod tests {
                 pieces += 1;
             }
             assert_eq!((end, pieces), (text.len(), expected_pieces));
+        }
+    }
+
+    /// tiktoken-rs over the same ranks with a pattern that never splits: the reference
+    /// merge of one piece.
+    fn oracle(encoding: Encoding) -> tiktoken_rs::CoreBPE {
+        let counter = encoding.counter();
+        let ranks = counter.ranks.clone().into_iter().collect();
+        tiktoken_rs::CoreBPE::new(ranks, FxHashMap::default(), "(?s:.+)").unwrap()
+    }
+
+    /// A deterministic stream of pieces: random bytes of the kinds real text and the worst
+    /// case are made of (ASCII letters, punctuation, digits, multi-byte UTF-8), every length.
+    fn pieces_for_merge(seed: u64, count: usize, max_len: usize) -> Vec<String> {
+        const ALPHABET: [&str; 16] = [
+            "a", "e", "t", "s", "in", "er", "Q", "z", "!", "=", "7", " ", "é", "字", "😀",
+            "\u{301}",
+        ];
+        let mut state = seed;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        (0..count)
+            .map(|_| {
+                let len = (next() as usize) % max_len + 1;
+                (0..len).map(|_| ALPHABET[(next() % 16) as usize]).collect()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn merges_agree_with_tiktoken() {
+        for encoding in [Encoding::O200kBase, Encoding::Cl100kBase] {
+            let counter = encoding.counter();
+            let reference = oracle(encoding);
+            let long = "abcdefghijklmnopqrstuvwxyz".repeat(40);
+            let mut pieces = pieces_for_merge(7, 3000, 60);
+            pieces.extend(pieces_for_merge(11, 40, 2000));
+            pieces.extend(["a".repeat(3000), "!".repeat(999), "ab".repeat(700), long]);
+            for piece in &pieces {
+                let expected = reference.encode_ordinary(piece).len();
+                let bytes = piece.as_bytes();
+                assert_eq!(counter.merge_large(bytes), expected, "{piece:?}");
+                if bytes.len() < LARGE_PIECE {
+                    assert_eq!(counter.merge_small(bytes), expected, "{piece:?}");
+                }
+            }
+        }
+    }
+
+    /// The cache answers what the merge answers, also after it has been cleared for being full
+    /// (three times the capacity of distinct pieces, each counted twice).
+    #[test]
+    fn piece_cache_is_exact_after_eviction() {
+        let counter = Encoding::O200kBase.counter();
+        let pieces = pieces_for_merge(3, 3 * CACHE_ENTRIES, 30);
+        let mut cache = FxHashMap::default();
+        for _ in 0..2 {
+            for piece in &pieces {
+                let bytes = piece.as_bytes();
+                let expected = if counter.rank(bytes) == Rank::MAX {
+                    counter.merge_small(bytes)
+                } else {
+                    1
+                };
+                assert_eq!(counter.count_piece(bytes, &mut cache), expected);
+                assert!(cache.len() <= CACHE_ENTRIES);
+            }
         }
     }
 
