@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from pydantic_ai.messages import ModelMessage, ModelResponse
@@ -97,13 +97,56 @@ def check_long_term(value: object) -> LongTermStrategy | None:
     )
 
 
+class _StoredMessages(Sequence[ModelMessage]):
+    """A retained turn's messages, decoded from the state the first time they are read.
+
+    A strategy walks back from the newest interaction and stops when its budget is full, so
+    most of a long conversation's turns are never decoded for it.
+    """
+
+    __slots__ = ("_decoded", "_state", "_turn_id")
+
+    def __init__(self, state: ConversationState, turn_id: int) -> None:
+        self._state = state
+        self._turn_id = turn_id
+        self._decoded: list[ModelMessage] | None = None
+
+    def _messages(self) -> list[ModelMessage]:
+        if self._decoded is None:
+            self._decoded = self._state.messages(self._turn_id - self._state.summarized_turns)
+        return self._decoded
+
+    def __getitem__(self, index: Any) -> Any:
+        return self._messages()[index]
+
+    def __len__(self) -> int:
+        return len(self._messages())
+
+    def __iter__(self) -> Iterator[ModelMessage]:
+        return iter(self._messages())
+
+
+_INTERACTIONS = "memlane:interactions"  # the state's cache key of its interaction list
+
+
 def _interactions(state: ConversationState) -> list[Interaction]:
-    """The retained turns as interactions, their token estimates already known."""
+    """The retained turns as interactions (tokens known, messages decoded when read).
+
+    Kept in the state's strategy cache and extended by the turns added since, so a read
+    costs what changed, not the conversation's length; a summary (or erasure) starts it
+    again.
+    """
     first = state.summarized_turns
-    return [
-        Interaction(state.messages(i), first + i, record[3])
-        for i, record in enumerate(state.records)
-    ]
+    cached = state.strategy_cache.get(_INTERACTIONS)
+    if isinstance(cached, tuple) and cached[0] == first:
+        built: list[Interaction] = cached[1]
+    else:
+        built = []
+        state.strategy_cache[_INTERACTIONS] = (first, built)
+    records = state.records
+    for i in range(len(built), len(records)):
+        built.append(Interaction(_StoredMessages(state, first + i), first + i, records[i][3]))
+    return built
 
 
 def short_term_view(
