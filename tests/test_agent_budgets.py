@@ -529,6 +529,28 @@ class TestLongTermOnTheAgent:
         assert "Relevant earlier summaries:" in meter.instructions[-1]
         assert "digest" in meter.instructions[-1]
 
+    def test_the_agents_own_strategy_fills_its_knowledge_base(
+        self, impl: _backend.Implementation
+    ) -> None:
+        from memlane.conversation.knowledge import knowledge_namespace
+
+        strategy = SummarizerStrategy(
+            interaction_threshold_qty=3,
+            cod_max_loops=1,
+            interaction_keep=1,
+            knowledge_base=KnowledgeBases(collection_id="agent-kb", search_mode="always"),
+            model=FunctionModel(Researcher()),
+        )
+        memory = MemoryManager()  # the memory has no strategy: the agent's folds
+        agent = research_agent(Meter(), memory, calibrate=False, long_term=strategy)
+        cid = agent.run_sync("topic 0").conversation_id
+        for i in range(1, 4):
+            agent.run_sync(f"topic {i}", conversation_id=cid)
+        assert memory.get_summary(cid) is not None
+        chunks = memory.store.load(knowledge_namespace("agent-kb"))
+        assert chunks
+        assert all(c.content["conversation_id"] == cid for c in chunks)
+
 
 class TestBadArguments:
     """Wrong arguments fail at construction, naming what they should be."""

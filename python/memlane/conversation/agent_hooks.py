@@ -70,7 +70,7 @@ def _fold_plan(
         if not isinstance(summary, str):
             raise TypeError(f"summarizer must return str, not {type(summary).__name__}")
     basis = (state, state.summarized_turns, tuple(state.entry_ids)[:count])
-    committed = yield from memory._commit_summary_plan(cid, basis, count, summary)
+    committed = yield from memory._commit_summary_plan(cid, basis, count, summary, strategy)
     return plan if committed else LongTermPlan(())
 
 

@@ -482,8 +482,12 @@ class ConversationLogic:
         basis: tuple[ConversationState, int, tuple[str, ...]],
         count: int,
         summary: str | None,
+        strategy: Any = None,
     ) -> Plan[bool]:
         """Commits a summary of the first ``count`` turns of ``basis``; whether it did.
+
+        ``strategy`` is the long-term strategy that made it when not the memory's own (an
+        agent's): its knowledge base receives the summary.
 
         ``False``: another summary committed since ``basis`` was read, and this one is stale.
         A turn appended meanwhile (by any host) does not make it stale: it summarises the
@@ -512,7 +516,7 @@ class ConversationLogic:
                 state.evict(count)
                 state.summarized_turns += count
                 state.set_summary(text, tokens, at)
-                yield from self._knowledge_plan(cid, state.summarized_turns, text, at)
+                yield from self._knowledge_plan(cid, state.summarized_turns, text, at, strategy)
                 return True
             ns = namespace(cid)
             entry = summary_entry(text, tokens, summarized + count, at, state.head)
@@ -529,15 +533,18 @@ class ConversationLogic:
         state.head += 1
         for entry_id in replaced:
             yield StoreCall("delete", (ns, entry_id))
-        yield from self._knowledge_plan(cid, state.summarized_turns, text, at)
+        yield from self._knowledge_plan(cid, state.summarized_turns, text, at, strategy)
         return True
 
-    def _knowledge_plan(self, cid: str, summarized: int, text: str | None, at: Any) -> Plan[None]:
+    def _knowledge_plan(
+        self, cid: str, summarized: int, text: str | None, at: Any, strategy: Any = None
+    ) -> Plan[None]:
         """Keeps a committed summary in the strategy's knowledge base, split (if it has one)."""
         from memlane.conversation.knowledge import knowledge_entries, knowledge_namespace
         from memlane.strategies import SummarizerStrategy
 
-        strategy = self.long_term_strategy
+        if strategy is None:
+            strategy = self.long_term_strategy
         if text is None or not isinstance(strategy, SummarizerStrategy):
             return
         if strategy.knowledge_base is None:
