@@ -4,7 +4,7 @@
 use std::sync::OnceLock;
 
 use std::cmp::Reverse;
-use std::collections::binary_heap::{BinaryHeap, PeekMut};
+use std::collections::BinaryHeap;
 
 use base64::{engine::general_purpose, Engine as _};
 use regex::{Regex, RegexBuilder};
@@ -272,72 +272,84 @@ impl ExactCounter {
     }
 
     /// Tokens in a piece of any length, merged in the same order as `merge_small` (lowest
-    /// rank, then leftmost) with a heap of candidate pairs instead of a rescan: O(n log n),
-    /// which keeps a megabyte without whitespace from turning quadratic.
+    /// rank, then leftmost) with a priority queue of candidate pairs instead of a rescan:
+    /// O(n log n), which keeps a megabyte without whitespace from turning quadratic.
     ///
-    /// Heap entries are never removed; an entry is current iff `pair_rank[start]` still holds
+    /// Queue entries are never removed; an entry is current iff its part's `rank` still holds
     /// its rank. Ranks are unique per byte string, so an equal rank at the same start is the
-    /// same pair, and a merged-away part has `Rank::MAX`, which is never pushed. An entry is
-    /// one `u64`, rank above start, so that it orders as (rank, start) and the heap of a long
-    /// piece stays half the size of a tuple's: on 200 KB the merge waits on the heap's memory.
+    /// same pair, and a merged-away part has `Rank::MAX`, which is never queued.
+    ///
+    /// On a long piece the merge waits on memory, so the queue is two: the piece's initial
+    /// pairs sorted once (read in order, cache-friendly), and a heap for only the pairs that
+    /// merges create. An entry is one `u64`, rank above start, so it orders as (rank, start).
+    /// Each part keeps its links and pair rank together: one cache line per part touched.
     fn merge_large(&self, piece: &[u8]) -> usize {
+        #[derive(Clone, Copy)]
+        struct Part {
+            next: usize,
+            prev: usize,
+            /// Rank of this part merged with the next, `Rank::MAX` if none (or merged away).
+            rank: Rank,
+        }
         let n = piece.len();
         if n < 2 {
             return n;
         }
-        let key = |rank: Rank, start: usize| Reverse(u64::from(rank) << START_BITS | start as u64);
-        let mut next: Vec<usize> = (1..=n).collect();
-        let mut prev: Vec<usize> = (0..n).map(|i| i.wrapping_sub(1)).collect();
-        let mut pair_rank = vec![Rank::MAX; n];
-        let mut heap = Vec::with_capacity(n);
-        for i in 0..n - 1 {
-            let rank = self.rank(&piece[i..i + 2]);
-            pair_rank[i] = rank;
-            if rank != Rank::MAX {
-                heap.push(key(rank, i));
-            }
-        }
-        let mut heap = BinaryHeap::from(heap);
+        let key = |rank: Rank, start: usize| u64::from(rank) << START_BITS | start as u64;
+        let mut parts: Vec<Part> = (0..n)
+            .map(|i| Part {
+                next: i + 1,
+                prev: i.wrapping_sub(1),
+                rank: if i + 1 < n {
+                    self.rank(&piece[i..i + 2])
+                } else {
+                    Rank::MAX
+                },
+            })
+            .collect();
+        let mut initial: Vec<u64> = parts
+            .iter()
+            .enumerate()
+            .filter(|(_, part)| part.rank != Rank::MAX)
+            .map(|(i, part)| key(part.rank, i))
+            .collect();
+        initial.sort_unstable();
+        let mut initial = initial.into_iter().peekable();
+        let mut created: BinaryHeap<Reverse<u64>> = BinaryHeap::new();
         let mut count = n;
-        // The top entry is replaced by a new candidate where there is one (one sift instead
-        // of a pop and a push).
         loop {
-            let Some(mut top) = heap.peek_mut() else {
+            let entry = match (initial.peek(), created.peek()) {
+                (Some(&a), Some(&Reverse(b))) if b < a => created.pop().map(|Reverse(b)| b),
+                (Some(_), _) => initial.next(),
+                (None, Some(_)) => created.pop().map(|Reverse(b)| b),
+                (None, None) => return count,
+            };
+            let Some(entry) = entry else {
                 return count;
             };
-            let Reverse(entry) = *top;
             let (rank, start) = ((entry >> START_BITS) as Rank, (entry & START_MASK) as usize);
-            if pair_rank[start] != rank {
-                PeekMut::pop(top);
+            if parts[start].rank != rank {
                 continue;
             }
-            let mid = next[start];
-            let end = next[mid];
-            next[start] = end;
-            pair_rank[mid] = Rank::MAX;
+            let mid = parts[start].next;
+            let end = parts[mid].next;
+            parts[mid].rank = Rank::MAX;
             count -= 1;
-            pair_rank[start] = if end < n {
-                prev[end] = start;
-                self.rank(&piece[start..next[end]])
+            parts[start].next = end;
+            parts[start].rank = if end < n {
+                parts[end].prev = start;
+                self.rank(&piece[start..parts[end].next])
             } else {
                 Rank::MAX
             };
-            let before = prev[start];
-            if before != usize::MAX {
-                pair_rank[before] = self.rank(&piece[before..end]);
+            if parts[start].rank != Rank::MAX {
+                created.push(Reverse(key(parts[start].rank, start)));
             }
-            let after = (pair_rank[start] != Rank::MAX).then(|| key(pair_rank[start], start));
-            let before = (before != usize::MAX && pair_rank[before] != Rank::MAX)
-                .then(|| key(pair_rank[before], before));
-            match (after, before) {
-                (Some(a), b) => {
-                    *top = a;
-                    drop(top);
-                    heap.extend(b);
-                }
-                (None, Some(b)) => *top = b,
-                (None, None) => {
-                    PeekMut::pop(top);
+            let before = parts[start].prev;
+            if before != usize::MAX {
+                parts[before].rank = self.rank(&piece[before..end]);
+                if parts[before].rank != Rank::MAX {
+                    created.push(Reverse(key(parts[before].rank, before)));
                 }
             }
         }
