@@ -67,6 +67,13 @@ class HistoryFilter(ABC):
     def spec(self, role: Role) -> ViewSpec:
         """The feeds the view of ``role`` reads."""
 
+    def reads_at_least(self, feed: Feed) -> int:
+        """How many of a feed's newest messages a limited or budgeted view should read at
+        once: a filter whose window spans a known number of messages says so, sparing the
+        view a second read. 0 leaves it to the view."""
+        del feed
+        return 0
+
     def select(self, feed: Feed, messages: list[Message], role: Role) -> tuple[list[Message], bool]:
         """Of the newest messages of one feed (oldest first), those the view shows.
 
@@ -141,6 +148,10 @@ class OrchestratorHistoryFilter(HistoryFilter):
         """The conversation, ``role.agent_key`` 's trace, the broadcasts."""
         own = () if role.agent_key is None else (role.agent_key,)
         return ViewSpec(conversation=True, agents=own, global_=True)
+
+    def reads_at_least(self, feed: Feed) -> int:
+        """A turn is a question and its answer: the window is about two messages a turn."""
+        return 2 * self.max_conversation_turns + 1 if feed == "conversation" else 0
 
     def select(self, feed: Feed, messages: list[Message], role: Role) -> tuple[list[Message], bool]:
         """The newest ``max_conversation_turns`` turns of the conversation; other feeds whole."""

@@ -203,18 +203,24 @@ class _ViewMemory(BaseMemory):
             feeds.append("agents")
         if spec.global_:
             feeds.append("global")
-        want = limit if max_tokens is None else max(limit or 0, _FIRST_READ)
+        first = limit if max_tokens is None else max(limit or 0, _FIRST_READ)
+        wants = [
+            None if first is None else max(first, chosen.reads_at_least(feed)) for feed in feeds
+        ]
 
         def count(message: Message) -> int:
             return message_tokens(message, self.token_estimator)
 
         while True:
-            reads = await asyncio.gather(*(self._read(feed, spec, want) for feed in feeds))
+            reads = await asyncio.gather(
+                *(self._read(feed, spec, want) for feed, want in zip(feeds, wants, strict=True))
+            )
             kept: list[list[Message]] = []
             more: list[int] = []  # feeds that may hold older messages the view could show
             for rank, (feed, read) in enumerate(zip(feeds, reads, strict=True)):
                 shown, closed = chosen.select(feed, read, role)
                 kept.append(shown)
+                want = wants[rank]
                 if want is not None and len(read) >= want and not closed:
                     more.append(rank)
             ordered = Ordered(kept, extra=[reads[rank][0] for rank in more])
@@ -233,8 +239,8 @@ class _ViewMemory(BaseMemory):
                 and all(ordered.place(reads[rank][0], rank, -1) <= stop for rank in more)
             ):
                 return messages[start:]
-            assert want is not None
-            want *= 4
+            for rank in more:
+                wants[rank] = 4 * (wants[rank] or 0)
 
 
 def _check_filter(value: object) -> HistoryFilter | None:
