@@ -298,9 +298,9 @@ class TestFileStore:
         fs = FileStore(tmp_path)
         fs.save("notes", entry("greeting", "héllo"))
         (path,) = [p for p in tmp_path.iterdir() if p.suffix == ".json"]
-        data = json.loads(path.read_text(encoding="utf-8"))
-        assert data["namespace"] == "notes"
-        assert data["entries"][0]["content"] == "héllo"
+        header, put = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+        assert header["namespace"] == "notes"
+        assert put["entry"]["content"] == "héllo"
         assert "héllo" in path.read_text(encoding="utf-8")
 
     def test_corrupt_file_is_reported_not_overwritten(self, tmp_path: Path) -> None:

@@ -374,8 +374,9 @@ class TestLegacyFiles:
         assert found is not None
         assert found.version == 0
         assert store.save_if("a", entry("k1", "new"), 0) is True
-        saved = json.loads((tmp_path / namespace_filename("a")).read_text(encoding="utf-8"))
-        assert [(d["content"], d["version"]) for d in saved["entries"]] == [("new", 1)]
+        text = (tmp_path / namespace_filename("a")).read_text(encoding="utf-8")
+        saved = [json.loads(line)["entry"] for line in text.splitlines()[1:]]
+        assert [(d["content"], d["version"]) for d in saved] == [("new", 1)]
 
 
 class TestFileStoreLockFile:

@@ -1,4 +1,4 @@
-"""FileStore: one human-readable JSON file per namespace, each rewritten atomically."""
+"""FileStore: one human-readable JSON-lines log per namespace, appended to and compacted atomically."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import os
 import tempfile
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -18,6 +18,14 @@ from filelock import FileLock, Timeout
 
 from memlane.errors import CorruptStoreError, StoreError
 from memlane.stores._base import LocalStore, awaitable, ensure_directory
+from memlane.stores._file_log import (
+    NamespaceIndex,
+    encode_delete,
+    encode_put,
+    namespace_in,
+    new_index,
+    parse,
+)
 from memlane.stores.protocol import (
     SearchHit,
     check_entry,
@@ -74,43 +82,42 @@ def _doc(entry: MemoryEntry, version: int = 0) -> dict[str, Any]:
     }
 
 
-def _merge(docs: list[dict[str, Any]], doc: dict[str, Any]) -> list[dict[str, Any]]:
-    """``docs`` after saving ``doc``: whoever held its key goes, its entry_id is replaced in place."""
-    key, entry_id = doc["key"], doc["entry_id"]
-    kept = [
-        d
-        for d in docs
-        if not (key is not None and d.get("key") == key and d.get("entry_id") != entry_id)
-    ]
-    for i, d in enumerate(kept):
-        if d.get("entry_id") == entry_id:
-            kept[i] = doc
-            return kept
-    kept.append(doc)
-    return kept
+def _stamp(info: os.stat_result) -> tuple[int, int, int]:
+    return (info.st_ino, info.st_mtime_ns, info.st_size)
 
 
-_KEY_CACHE_FILES = 4096
-"""How many files' key lists a FileStore keeps for :meth:`FileStore.load_range`."""
+_INDEXED_FILES = 1024
+"""How many namespaces' indexes a FileStore keeps in memory; the least recently used go."""
 
 
 class FileStore(LocalStore):
-    """One human-readable JSON file per namespace under ``base_dir``.
+    """One human-readable JSON-lines file per namespace under ``base_dir``.
 
-    Writes go to a temporary file that is then renamed over the old one, so a crash leaves
-    either the old or the new file, never half of one. A file that cannot be parsed raises
-    :class:`~memlane.errors.CorruptStoreError` naming it; it is never silently overwritten.
-    The ``async_`` methods run in a worker thread.
+    Each file is a log: a header line naming the namespace, then one JSON object per line,
+    each a put of an entry or a delete (see :mod:`memlane.stores._file_log`). A write appends
+    one line, so its cost does not grow with the namespace; when the log has grown to about
+    twice what its live entries take, it is compacted. A new or compacted file is written to
+    a temporary file that is then renamed over the old one, so a crash leaves either the old
+    or the new file, never half of one; an append cut short by a crash leaves an incomplete
+    last line, which is ignored and cut off by the next write. A file that cannot be parsed
+    raises :class:`~memlane.errors.CorruptStoreError` naming it; it is never silently
+    overwritten. Files of the earlier whole-file JSON format are read as they are and
+    rewritten as a log by their first write. The ``async_`` methods run in a worker thread.
 
-    Several processes can share the directory: every read-modify-write (each save, delete,
-    clear, cleanup and :meth:`save_if`) holds a lock on ``.memlane.lock`` in it, so no
-    acknowledged write is lost to another process's rewrite of the same file. Reads take no
-    lock: a file is only ever replaced whole. An entry written before versions existed reads
-    as version 0.
+    Each store keeps an index of the namespaces it reads, checked against the file's inode,
+    modification time and size at every call: a file that grew is read from where the index
+    stopped, a file that was replaced is read again whole.
 
-    :meth:`search` keeps no index: it reads every entry of the searched namespaces and ranks
-    them (:func:`~memlane.stores.protocol.rank_entries`), so its cost grows with their size.
-    A file store is for data a human reads; a large searched memory belongs in SQLite.
+    Several processes can share the directory: every write (each save, delete, clear,
+    cleanup and :meth:`save_if`) holds a lock on ``.memlane.lock`` in it, so no acknowledged
+    write is lost to another process's write to the same file. Reads take no lock: only
+    complete lines are read, and a file is only ever replaced whole. An entry written before
+    versions existed reads as version 0.
+
+    :meth:`search` keeps no search index: it reads every entry of the searched namespaces
+    and ranks them (:func:`~memlane.stores.protocol.rank_entries`), so its cost grows with
+    their size. A file store is for data a human reads; a large searched memory belongs in
+    SQLite.
 
     Args:
         base_dir: The directory; it is created if missing.
@@ -126,13 +133,13 @@ class FileStore(LocalStore):
         ensure_directory(self.base_dir, f"FileStore {self.base_dir}")
         self._lock = threading.RLock()
         self._file_lock = FileLock(self.base_dir / LOCK_FILENAME, timeout=LOCK_TIMEOUT)
-        # The sorted keys of recently read files, by the identity of the version read: a
-        # host asking "anything after my head?" of a file that has not changed is answered
-        # by one stat, not by parsing the whole namespace again.
-        self._keys: OrderedDict[Path, tuple[tuple[int, int, int], list[str]]] = OrderedDict()
+        self._indexes: OrderedDict[Path, NamespaceIndex] = OrderedDict()
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.base_dir}>"
+
+    def _release(self) -> None:
+        self._indexes.clear()
 
     @contextmanager
     def _exclusive(self) -> Iterator[None]:
@@ -163,61 +170,131 @@ class FileStore(LocalStore):
         self._check_open()
         return self.base_dir / namespace_filename(check_namespace(namespace))
 
-    def _read(self, namespace: str) -> list[dict[str, Any]]:
-        return self._read_stamped(namespace)[0]
+    def _index(self, namespace: str) -> NamespaceIndex | None:
+        """The namespace's index, in step with its file (``None``: no file). Hold ``_lock``.
 
-    def _read_stamped(
-        self, namespace: str
-    ) -> tuple[list[dict[str, Any]], tuple[int, int, int] | None]:
-        """The file's entries, and the identity of the version read (``None``: no file).
-
-        Every write replaces the file by a rename, so inode, mtime and size taken from the
-        open file identify exactly the version whose text is read.
+        A file whose inode, mtime and size are those last seen costs one stat.
         """
         path = self._path(namespace)
+        known = self._indexes.get(path)
+        if known is not None:
+            try:
+                info = os.stat(path)
+            except FileNotFoundError:
+                del self._indexes[path]
+                return None
+            except OSError as exc:
+                raise StoreError(f"FileStore {path}: {exc.strerror}") from exc
+            if known.stamp == _stamp(info) and known.end == info.st_size:
+                self._indexes.move_to_end(path)
+                return known
+        return self._read_stamped(namespace)
+
+    def _read_stamped(self, namespace: str) -> NamespaceIndex | None:
+        """Brings the namespace's index in step with its file, reading only what is new.
+
+        The file's identity is taken from the open file, so it names exactly the version
+        read. The index is taken out while it is updated: if reading fails, the next call
+        starts afresh rather than from a half-replayed index.
+
+        Raises:
+            CorruptStoreError: The file is not a namespace file for ``namespace``.
+            StoreError: The OS refused to read it.
+        """
+        path = self._path(namespace)
+        known = self._indexes.pop(path, None)
         try:
             with path.open("rb") as fh:
                 info = os.fstat(fh.fileno())
-                text = fh.read().decode("utf-8")
+                index = None
+                if (
+                    known is not None
+                    and not known.legacy
+                    and known.stamp[0] == info.st_ino
+                    and info.st_size >= known.end
+                    and fh.read(len(known.header)) == known.header
+                ):
+                    fh.seek(known.end)
+                    known.consume(fh.read(info.st_size - known.end))
+                    index = known
+                if index is None:
+                    fh.seek(0)
+                    index = parse(namespace, fh.read(info.st_size))
         except FileNotFoundError:
-            return [], None
+            return None
         except OSError as exc:
             raise StoreError(f"FileStore {path}: {exc.strerror}") from exc
-        except UnicodeDecodeError as exc:
+        except (ValueError, KeyError, TypeError) as exc:
             raise CorruptStoreError(f"corrupt memlane file {path}: {exc}") from exc
-        stamp = (info.st_ino, info.st_mtime_ns, info.st_size)
-        try:
-            data = json.loads(text)
-            if not isinstance(data, dict) or data.get("namespace") != namespace:
-                raise ValueError("not a memlane namespace file for this namespace")
-            entries = data["entries"]
-            if not isinstance(entries, list):
-                raise ValueError("'entries' is not a list")
-        except (ValueError, KeyError) as exc:
-            raise CorruptStoreError(f"corrupt memlane file {path}: {exc}") from exc
-        return entries, stamp
+        index.stamp = _stamp(info)
+        self._remember(path, index)
+        return index
 
-    def _write(self, namespace: str, entries: list[dict[str, Any]]) -> None:
+    def _remember(self, path: Path, index: NamespaceIndex) -> None:
+        self._indexes[path] = index
+        self._indexes.move_to_end(path)
+        if len(self._indexes) > _INDEXED_FILES:
+            self._indexes.popitem(last=False)
+
+    def _commit(
+        self,
+        namespace: str,
+        index: NamespaceIndex | None,
+        line: bytes,
+        apply: Callable[[NamespaceIndex], object],
+    ) -> None:
+        """Writes ``line`` and applies it to ``index``: by an append, or by a whole rewrite
+        for a new file, a legacy file, or a log due for compaction. Hold :meth:`_exclusive`.
+
+        The index is taken out while it changes, so a failed write leaves none to trust: the
+        next call reads the file as it is.
+        """
         path = self._path(namespace)
-        if not entries:
-            path.unlink(missing_ok=True)
-            return
-        payload = json.dumps(
-            {"namespace": namespace, "entries": entries}, ensure_ascii=False, indent=2
-        )
+        self._indexes.pop(path, None)
+        if index is None:
+            index = new_index(namespace)
+        apply(index)
         try:
-            fd, tmp = tempfile.mkstemp(dir=self.base_dir, prefix=".tmp-", suffix=".json")
+            if not index.docs:
+                path.unlink(missing_ok=True)
+                return
+            if index.end == 0 or index.legacy or index.should_compact(index.end + len(line)):
+                self._rewrite(path, index)
+            else:
+                self._append(path, index, line)
         except OSError as exc:
-            raise StoreError(f"FileStore {self.base_dir}: {exc.strerror}") from exc
+            raise StoreError(f"FileStore {path}: {exc.strerror}") from exc
+        self._remember(path, index)
+
+    def _append(self, path: Path, index: NamespaceIndex, line: bytes) -> None:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND)
         try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(payload)
+            if os.fstat(fd).st_size > index.end:
+                os.ftruncate(fd, index.end)  # an append a crash cut short
+            view = memoryview(line)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+            info = os.fstat(fd)
+        finally:
+            os.close(fd)
+        index.end += len(line)
+        index.stamp = _stamp(info)
+
+    def _rewrite(self, path: Path, index: NamespaceIndex) -> None:
+        data = index.rewrite()
+        fd, tmp = tempfile.mkstemp(dir=self.base_dir, prefix=".tmp-", suffix=".json")
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
                 fh.flush()
                 os.fsync(fh.fileno())
+                info = os.fstat(fh.fileno())
             os.replace(tmp, path)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
+        index.stamp = _stamp(info)
 
     def _from_doc(self, doc: dict[str, Any], namespace: str) -> MemoryEntry:
         try:
@@ -233,13 +310,18 @@ class FileStore(LocalStore):
             if path.name.startswith("."):  # another process's temporary file
                 continue
             try:
-                found.append((path, json.loads(path.read_text(encoding="utf-8"))["namespace"]))
+                with path.open("rb") as fh:
+                    found.append((path, namespace_in(fh.readline(), fh.read)))
+            except FileNotFoundError:  # cleared by another process since the listing
+                continue
+            except OSError as exc:
+                raise StoreError(f"FileStore {path}: {exc.strerror}") from exc
             except (ValueError, KeyError, TypeError) as exc:
                 raise CorruptStoreError(f"corrupt memlane file {path}: {exc}") from exc
         return found
 
     def save(self, namespace: str, entry: MemoryEntry) -> None:
-        """Inserts or replaces ``entry``; the namespace file is rewritten atomically.
+        """Inserts or replaces ``entry``: one line appended to the namespace's log.
 
         Raises:
             UnstorableValueError: Content or metadata is not plain JSON (a ``TypeError``).
@@ -249,20 +331,20 @@ class FileStore(LocalStore):
         self.save_many(namespace, [entry])
 
     def save_many(self, namespace: str, entries: list[MemoryEntry]) -> None:
-        """Saves several entries with one atomic rewrite of the namespace file: all or none."""
+        """Saves several entries as one line of the log: all or none."""
         check_namespace(namespace)
-        new_docs = [_doc(check_entry(e)) for e in entries]
+        docs = [_doc(check_entry(e)) for e in entries]
+        line = encode_put(docs) if docs else b""
         with self._exclusive():
-            docs = self._read(namespace)
-            for doc in new_docs:
-                docs = _merge(docs, doc)
-            self._write(namespace, docs)
+            index = self._index(namespace)
+            if docs:
+                self._commit(namespace, index, line, lambda i: i.put_line(docs, len(line)))
 
     def save_if(self, namespace: str, entry: MemoryEntry, expected_version: int | None) -> bool:
         """Saves ``entry`` if its key's unexpired holder is at ``expected_version`` (``None``:
         there is none); whether it did (see
         :meth:`~memlane.stores.protocol.ConditionalStore.save_if`). Atomic across processes:
-        the read and the rewrite happen under the directory's lock.
+        the read and the append happen under the directory's lock.
 
         Raises:
             TypeError: ``entry.key`` is ``None`` or ``expected_version`` is not an ``int``;
@@ -276,20 +358,28 @@ class FileStore(LocalStore):
         entry = check_keyed_entry(entry)
         expected_version = check_expected_version(expected_version)
         doc = _doc(entry, next_version(expected_version))
+        line = encode_put([doc])
         with self._exclusive():
-            docs = self._read(namespace)
-            holders = (self._from_doc(d, namespace) for d in docs if d.get("key") == entry.key)
+            index = self._index(namespace)
+            holder = self._holder(index, namespace, doc["key"])
             # An expired holder still sits in the file until replaced, but counts as absent.
-            current = next((h.version for h in holders if not h.is_expired), None)
+            current = None if holder is None or holder.is_expired else holder.version
             if current != expected_version:
                 return False
-            self._write(namespace, _merge(docs, doc))
+            self._commit(namespace, index, line, lambda i: i.put(doc, len(line)))
             return True
+
+    def _holder(self, index: NamespaceIndex | None, namespace: str, key: str) -> MemoryEntry | None:
+        entry_id = None if index is None else index.by_key.get(key)
+        if index is None or entry_id is None:
+            return None
+        return self._from_doc(index.docs[entry_id], namespace)
 
     def load(self, namespace: str) -> list[MemoryEntry]:
         """Unexpired entries in insertion order."""
         with self._lock:
-            docs = self._read(namespace)
+            index = self._index(namespace)
+            docs = [] if index is None else list(index.docs.values())
         entries = [self._from_doc(d, namespace) for d in docs]
         return [e for e in entries if not e.is_expired]
 
@@ -304,7 +394,7 @@ class FileStore(LocalStore):
         """The entries of ``namespaces`` most relevant to ``query``, best first (see
         :meth:`~memlane.stores.protocol.SearchableStore.search`).
 
-        There is no index: every entry of ``namespaces`` is read and ranked by
+        There is no search index: every entry of ``namespaces`` is read and ranked by
         :func:`~memlane.stores.protocol.rank_entries` (BM25 over the searched namespaces'
         unexpired searchable entries), which is the reference the indexed stores are held to.
         Each namespace file is read as it stands when reached; no lock is taken.
@@ -335,80 +425,77 @@ class FileStore(LocalStore):
     async_search = awaitable(search)
 
     def load_range(self, namespace: str, start: str, stop: str) -> list[MemoryEntry]:
-        """Unexpired keyed entries with ``start <= key < stop``, in key order."""
+        """Unexpired keyed entries with ``start <= key < stop``, in key order.
+
+        The index keeps the namespace's keys sorted, so a range of an unchanged file costs
+        one stat and a bisection.
+        """
         start, stop = check_key_range(start, stop)
-        path = self._path(namespace)
-        try:
-            info = os.stat(path)
-        except FileNotFoundError:
-            return []
-        except OSError as exc:
-            raise StoreError(f"FileStore {path}: {exc.strerror}") from exc
-        known = self._keys.get(path)
-        if known is not None and known[0] == (info.st_ino, info.st_mtime_ns, info.st_size):
-            keys = known[1]
-            if bisect.bisect_left(keys, start) == bisect.bisect_left(keys, stop):
-                return []  # the version on disk has no key in the range
         with self._lock:
-            docs, stamp = self._read_stamped(namespace)
-            if stamp is not None:
-                self._keys[path] = (
-                    stamp,
-                    sorted(d["key"] for d in docs if isinstance(d.get("key"), str)),
-                )
-                self._keys.move_to_end(path)
-                if len(self._keys) > _KEY_CACHE_FILES:
-                    self._keys.popitem(last=False)
-        found = [
-            self._from_doc(d, namespace)
-            for d in docs
-            if isinstance(d.get("key"), str) and start <= d["key"] < stop
-        ]
-        return sorted((e for e in found if not e.is_expired), key=_key)
+            index = self._index(namespace)
+            if index is None:
+                return []
+            keys = index.sorted_keys()
+            found = keys[bisect.bisect_left(keys, start) : bisect.bisect_left(keys, stop)]
+            docs = [index.docs[index.by_key[key]] for key in found]
+        entries = [self._from_doc(d, namespace) for d in docs]
+        return [e for e in entries if not e.is_expired]
 
     def load_by_key(self, namespace: str, key: str) -> MemoryEntry | None:
         """The unexpired entry holding ``key``, or ``None``."""
         check_key(key)
-        for entry in self.load(namespace):
-            if entry.key == key:
-                return entry
-        return None
+        with self._lock:
+            holder = self._holder(self._index(namespace), namespace, key)
+        return None if holder is None or holder.is_expired else holder
 
     def delete(self, namespace: str, entry_id: str) -> bool:
         """Removes one entry; whether it existed."""
         check_entry_id(entry_id)
         with self._exclusive():
-            docs = self._read(namespace)
-            kept = [d for d in docs if d.get("entry_id") != entry_id]
-            if len(kept) == len(docs):
+            index = self._index(namespace)
+            if index is None or entry_id not in index.docs:
                 return False
-            self._write(namespace, kept)
+            self._commit(namespace, index, encode_delete(entry_id), lambda i: i.delete(entry_id))
             return True
 
     def clear(self, namespace: str) -> int:
         """Removes the namespace file; how many entries it held."""
         with self._exclusive():
-            count = len(self._read(namespace))
-            self._path(namespace).unlink(missing_ok=True)
-            return count
+            index = self._index(namespace)
+            path = self._path(namespace)
+            self._indexes.pop(path, None)
+            path.unlink(missing_ok=True)
+            return 0 if index is None else len(index.docs)
 
     def namespaces(self) -> list[str]:
         """Namespaces that have a file."""
         return [namespace for _, namespace in self._namespace_files()]
 
     def cleanup_expired(self) -> int:
-        """Rewrites every file without its expired entries; how many were removed."""
+        """Compacts every file holding expired entries without them; how many were removed."""
         removed = 0
         with self._exclusive():
-            for _, namespace in self._namespace_files():
-                docs = self._read(namespace)
-                kept = [d for d in docs if not self._from_doc(d, namespace).is_expired]
-                if len(kept) != len(docs):
-                    removed += len(docs) - len(kept)
-                    self._write(namespace, kept)
+            for path, namespace in self._namespace_files():
+                index = self._index(namespace)
+                if index is None:
+                    continue
+                expired = [
+                    entry_id
+                    for entry_id, doc in index.docs.items()
+                    if self._from_doc(doc, namespace).is_expired
+                ]
+                if not expired:
+                    continue
+                removed += len(expired)
+                self._indexes.pop(path, None)
+                for entry_id in expired:
+                    index.delete(entry_id)
+                try:
+                    if index.docs:
+                        self._rewrite(path, index)
+                        self._remember(path, index)
+                    else:
+                        path.unlink(missing_ok=True)
+                except OSError as exc:
+                    raise StoreError(f"FileStore {path}: {exc.strerror}") from exc
         return removed
-
-
-def _key(entry: MemoryEntry) -> str:
-    assert entry.key is not None  # load_range keeps keyed entries only
-    return entry.key

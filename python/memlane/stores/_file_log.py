@@ -1,0 +1,270 @@
+"""The namespace log behind FileStore: JSON lines, each a put or a delete, and the index they build.
+
+A namespace file is UTF-8 text, one JSON object per line::
+
+    {"memlane": "namespace log", "format": 1, "namespace": "notes", "file_id": "9f2c..."}
+    {"op": "put", "entry": {"entry_id": "…", "key": "greeting", "content": "héllo", …}}
+    {"op": "put", "entries": [{…}, {…}]}
+    {"op": "delete", "entry_id": "…"}
+
+Replaying the lines in order gives the namespace, as the whole-file format gave it: a put
+replaces the entry with its ``entry_id`` in place (insertion order is kept) and first removes
+any other entry holding its key; a delete removes one entry. A ``save_many`` is one line, so
+it is all or none.
+
+Invariants the store relies on:
+
+* A file is only ever created or rewritten whole (temporary file, fsync, rename), so its
+  header line is always complete, and the bytes of one file before a complete line never
+  change afterwards: a reader that has replayed up to an offset only reads what follows it.
+* Only complete lines count. Bytes after the last newline are an append cut short by a
+  crash: readers ignore them, and the next writer (under the lock) truncates them away.
+* ``file_id`` is random per file, so a file that replaced another under a reused inode
+  number is never taken for the one a reader knew.
+
+Files of the whole-file format (``{"namespace": …, "entries": […]}``) are read as they are;
+the first write rewrites them as a log.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "COMPACT_MIN_BYTES",
+    "NamespaceIndex",
+    "encode_delete",
+    "encode_put",
+    "namespace_in",
+    "new_index",
+    "parse",
+]
+
+LOG_MARK = "namespace log"
+"""The header's ``memlane`` value: what tells a log from a whole-file namespace."""
+
+FORMAT = 1
+
+COMPACT_MIN_BYTES = 64 * 1024
+"""A log smaller than this is never compacted: rewriting a small file often gains nothing."""
+
+
+def _line(obj: dict[str, Any]) -> bytes:
+    # ensure_ascii=False keeps the text readable; a lone surrogate raises UnicodeEncodeError
+    # here, before anything is written, as the whole-file format did.
+    return (json.dumps(obj, ensure_ascii=False) + "\n").encode("utf-8")
+
+
+def encode_put(docs: list[dict[str, Any]]) -> bytes:
+    """The line that saves ``docs`` (one entry, or several all or none)."""
+    if len(docs) == 1:
+        return _line({"op": "put", "entry": docs[0]})
+    return _line({"op": "put", "entries": docs})
+
+
+def encode_delete(entry_id: str) -> bytes:
+    """The line that deletes the entry ``entry_id``."""
+    return _line({"op": "delete", "entry_id": entry_id})
+
+
+def _header(namespace: str) -> bytes:
+    return _line(
+        {
+            "memlane": LOG_MARK,
+            "format": FORMAT,
+            "namespace": namespace,
+            "file_id": secrets.token_hex(8),
+        }
+    )
+
+
+@dataclass(eq=False)
+class NamespaceIndex:
+    """A namespace as replayed from its file, and where in that file the replay stopped.
+
+    ``live`` estimates the bytes a compacted file would take, so the store can tell when the
+    log has grown to twice that.
+    """
+
+    namespace: str
+    header: bytes
+    """The file's first line; empty for a whole-file (legacy) namespace or a file not yet written."""
+    legacy: bool = False
+    docs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    by_key: dict[str, str] = field(default_factory=dict)
+    sizes: dict[str, int] = field(default_factory=dict)
+    live: int = 0
+    end: int = 0
+    """The offset after the last complete line replayed (0: no file written yet)."""
+    stamp: tuple[int, int, int] = (0, 0, 0)
+    """(inode, mtime_ns, size) of the file when last read or written."""
+    _sorted: list[str] | None = None
+
+    def put(self, doc: dict[str, Any], size: int) -> None:
+        """Applies a put of ``doc``, whose line takes about ``size`` bytes."""
+        entry_id, key = doc["entry_id"], doc["key"]
+        if key is not None:
+            holder = self.by_key.get(key)
+            if holder is not None and holder != entry_id:
+                self.delete(holder)
+        old = self.docs.get(entry_id)
+        if old is not None and old["key"] is not None and self.by_key.get(old["key"]) == entry_id:
+            del self.by_key[old["key"]]
+        self.docs[entry_id] = doc
+        if key is not None:
+            self.by_key[key] = entry_id
+        self.live += size - self.sizes.get(entry_id, 0)
+        self.sizes[entry_id] = size
+        self._sorted = None
+
+    def put_line(self, docs: list[dict[str, Any]], line_size: int) -> None:
+        """Applies the put line of ``docs``, ``line_size`` bytes long."""
+        for doc in docs:
+            self.put(doc, line_size // len(docs))
+
+    def delete(self, entry_id: str) -> bool:
+        """Applies a delete; whether the entry was there."""
+        doc = self.docs.pop(entry_id, None)
+        if doc is None:
+            return False
+        if doc["key"] is not None and self.by_key.get(doc["key"]) == entry_id:
+            del self.by_key[doc["key"]]
+        self.live -= self.sizes.pop(entry_id, 0)
+        self._sorted = None
+        return True
+
+    def sorted_keys(self) -> list[str]:
+        """The keys held, sorted; kept until the next change."""
+        if self._sorted is None:
+            self._sorted = sorted(self.by_key)
+        return self._sorted
+
+    def consume(self, data: bytes) -> None:
+        """Replays the complete lines of ``data``, the file's bytes from :attr:`end` on.
+
+        Raises:
+            ValueError: A complete line is not a put or a delete.
+        """
+        complete = data.rfind(b"\n") + 1
+        start = 0
+        while start < complete:
+            stop = data.index(b"\n", start) + 1
+            self._apply(data[start:stop], self.end + start)
+            start = stop
+        self.end += complete
+
+    def _apply(self, line: bytes, offset: int) -> None:
+        try:
+            record = json.loads(line)
+        except ValueError as exc:
+            raise ValueError(f"line at byte {offset}: {exc}") from None
+        op = record.get("op") if isinstance(record, dict) else None
+        if op == "put":
+            docs = [record["entry"]] if "entry" in record else record.get("entries")
+            if not isinstance(docs, list) or not docs:
+                raise ValueError(f"line at byte {offset}: a put without entries")
+            self.put_line([_checked(doc) for doc in docs], len(line))
+        elif op == "delete" and isinstance(record.get("entry_id"), str):
+            self.delete(record["entry_id"])
+        else:
+            raise ValueError(f"line at byte {offset}: not a put or a delete")
+
+    def rewrite(self) -> bytes:
+        """The compacted file holding exactly the live entries; the index now describes it.
+
+        Each entry gets a line of its own, so the file reads as a list of entries.
+        """
+        self.header = _header(self.namespace)
+        self.legacy = False
+        lines = [self.header]
+        self.sizes = {}
+        for entry_id, doc in self.docs.items():
+            line = encode_put([doc])
+            self.sizes[entry_id] = len(line)
+            lines.append(line)
+        data = b"".join(lines)
+        self.live = self.end = len(data)
+        return data
+
+    def should_compact(self, size: int) -> bool:
+        """Whether a log of ``size`` bytes has grown to about twice its live entries."""
+        return size >= COMPACT_MIN_BYTES and size > 2 * self.live
+
+
+def _checked(doc: object) -> dict[str, Any]:
+    if not isinstance(doc, dict) or not isinstance(doc.get("entry_id"), str):
+        raise ValueError(f"an entry without an entry_id: {str(doc)[:80]}")
+    key = doc.get("key")
+    if key is not None and not isinstance(key, str):
+        raise ValueError(f"entry {doc['entry_id']!r}: key is not a str")
+    doc.setdefault("key", None)
+    return doc
+
+
+def new_index(namespace: str) -> NamespaceIndex:
+    """The index of a namespace that has no file yet."""
+    return NamespaceIndex(namespace, b"")
+
+
+def _log_header(first_line: bytes) -> dict[str, Any] | None:
+    try:
+        header = json.loads(first_line)
+    except ValueError:
+        return None
+    if isinstance(header, dict) and header.get("memlane") == LOG_MARK:
+        return header
+    return None
+
+
+def parse(namespace: str, data: bytes) -> NamespaceIndex:
+    """The index of a whole file holding ``namespace``, in either format.
+
+    Raises:
+        ValueError: The file is not a memlane namespace file for ``namespace``.
+    """
+    newline = data.find(b"\n")
+    header = _log_header(data[: newline + 1]) if newline >= 0 else None
+    if header is None:
+        return _parse_legacy(namespace, data)
+    if header.get("format") != FORMAT:
+        raise ValueError(f"unknown log format {header.get('format')!r}")
+    if header.get("namespace") != namespace:
+        raise ValueError("not a memlane namespace file for this namespace")
+    index = NamespaceIndex(namespace, data[: newline + 1])
+    index.live = index.end = newline + 1
+    index.consume(data[newline + 1 :])
+    return index
+
+
+def _parse_legacy(namespace: str, data: bytes) -> NamespaceIndex:
+    parsed = json.loads(data.decode("utf-8"))
+    if not isinstance(parsed, dict) or parsed.get("namespace") != namespace:
+        raise ValueError("not a memlane namespace file for this namespace")
+    entries = parsed.get("entries")
+    if not isinstance(entries, list):
+        raise ValueError("'entries' is not a list")
+    index = NamespaceIndex(namespace, b"", legacy=True)
+    for doc in entries:
+        index.put(_checked(doc), 0)
+    index.end = len(data)
+    return index
+
+
+def namespace_in(first_line: bytes, read_rest: Callable[[], bytes]) -> str:
+    """The namespace a file holds, from its first line (``read_rest()``: the rest of a legacy file).
+
+    Raises:
+        ValueError, KeyError, TypeError: Not a memlane namespace file.
+    """
+    header = _log_header(first_line)
+    if header is not None:
+        namespace = header["namespace"]
+    else:
+        namespace = json.loads((first_line + read_rest()).decode("utf-8"))["namespace"]
+    if not isinstance(namespace, str):
+        raise TypeError("the namespace is not a str")
+    return namespace
