@@ -180,6 +180,11 @@ class ManagerHistoryFilter(HistoryFilter):
         """The traces of ``role.agent_key`` and its subordinates, the broadcasts."""
         return ViewSpec(conversation=False, agents=_team(role), global_=True)
 
+    def reads_at_least(self, feed: Feed) -> int:
+        """Most of a subordinate's trace is left out (only its results are shown): reading
+        more of it at once spares the view a second round on a long job."""
+        return 64 if feed == "agents" else 0
+
     def select(self, feed: Feed, messages: list[Message], role: Role) -> tuple[list[Message], bool]:
         """Own messages whole; subordinates' ``final`` and ``synthesis`` messages."""
         if feed != "agents":
