@@ -117,7 +117,18 @@ spacing = st.lists(
     ),
     max_size=40,
 ).map("".join)
+# One long piece without whitespace (the worst case's shape, any letters), and a few
+# non-token words repeated many times (the counter remembers merged pieces: a repeat must
+# count what the first occurrence counted).
+letter_runs = st.text(alphabet=st.sampled_from("abcdefghijklmnopqrstuvwxyzé"), min_size=100)
+repeated_words = st.builds(
+    lambda words, n: " ".join(words * n),
+    st.lists(st.text(alphabet="qxzjkvé", min_size=3, max_size=12), min_size=1, max_size=5),
+    st.integers(2, 40),
+)
 any_text = st.one_of(
+    letter_runs,
+    repeated_words,
     unicode_text,
     cjk_emoji,
     whitespace_runs,
@@ -158,6 +169,26 @@ class TestExactCountsAgree:
         texts = [f"message {i}: " + "lorem ipsum dolor " * (i % 40) for i in range(3000)]
         rust, py = make("rust"), make("python")
         assert rust.estimate_many(texts) == py.estimate_many(texts)
+
+    @pytest.mark.parametrize("encoding_name", ENCODING_NAMES)
+    def test_repeated_pieces_count_the_same_after_the_cache_forgets(
+        self, encoding_name: str
+    ) -> None:
+        # 20,000 distinct non-token words, twice: more than the Rust counter's per-thread
+        # cache of merged pieces holds, so the second pass counts after it was cleared.
+        def word(i: int) -> str:
+            letters = "".join("qxzjkvwy"[(i >> shift) & 7] for shift in range(0, 15, 3))
+            return f"zq{letters}jx"
+
+        words = [word(i) for i in range(20_000)]
+        text = " ".join(words * 2)
+        expected = len(ORACLES[encoding_name].encode_ordinary(text))
+        for backend in ("rust", "python"):
+            est = make(backend, encoding_name=encoding_name)
+            assert est.estimate(text) == expected
+            assert est.estimate_many(words[:5000]) == [
+                len(ORACLES[encoding_name].encode_ordinary(w)) for w in words[:5000]
+            ]
 
     @pytest.mark.parametrize(
         ("text", "expected"),
