@@ -137,7 +137,7 @@ class TestMemoryManager:
     def test_defaults(self) -> None:
         m = MemoryManager()
         assert m.conversation.max_tokens == 128_000
-        assert m.conversation.summarize_threshold == 10
+        assert m.conversation.summarize_threshold == 3072  # min(3072, 3/4 of the budget)
         assert m.working.scope_id == "default"
         assert m.conversation.store is m.store
         assert m.working.store is m.store
