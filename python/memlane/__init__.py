@@ -2,46 +2,108 @@
 
 Token-budgeted conversation memory, a scoped working-memory scratchpad and pluggable stores,
 with a Rust core (``memlane._core``) and a pure-Python twin of every Rust piece.
+
+``import memlane`` loads none of this: each public name is imported from its module the first
+time it is used (PEP 562), so a CLI call or a serverless start pays only for what it touches.
 """
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version
+import importlib
+from typing import TYPE_CHECKING, Any
 
-from memlane._backend import BACKEND
-from memlane.conversation import ConversationMemory
-from memlane.errors import (
-    ConversationNotFoundError,
-    CorruptStoreError,
-    InvalidValueError,
-    MemlaneError,
-    NotFoundError,
-    ProcedureNotFoundError,
-    StoreClosedError,
-    StoreConnectionError,
-    StoreError,
-    StorePathError,
-    UnstorableValueError,
-    UserNotFoundError,
-)
-from memlane.longterm import LongTermMemory
-from memlane.manager import MemoryManager
-from memlane.stores import (
-    FileStore,
-    InMemoryStore,
-    MemoryStore,
-    MongoDBStore,
-    PostgreSQLStore,
-    SQLiteStore,
-)
-from memlane.tokens import TokenEstimator
-from memlane.types import ConversationTurn, MemoryEntry, MemoryScope
-from memlane.working import WorkingMemory
+if TYPE_CHECKING:
+    from memlane._backend import BACKEND
+    from memlane.conversation import ConversationMemory
+    from memlane.errors import (
+        ConversationNotFoundError,
+        CorruptStoreError,
+        InvalidValueError,
+        MemlaneError,
+        NotFoundError,
+        ProcedureNotFoundError,
+        StoreClosedError,
+        StoreConnectionError,
+        StoreError,
+        StorePathError,
+        UnstorableValueError,
+        UserNotFoundError,
+    )
+    from memlane.longterm import LongTermMemory
+    from memlane.manager import MemoryManager
+    from memlane.stores import (
+        FileStore,
+        InMemoryStore,
+        MemoryStore,
+        MongoDBStore,
+        PostgreSQLStore,
+        SQLiteStore,
+    )
+    from memlane.tokens import TokenEstimator
+    from memlane.types import ConversationTurn, MemoryEntry, MemoryScope
+    from memlane.working import WorkingMemory
 
-try:
-    __version__ = version("memlane")
-except PackageNotFoundError:  # running from a source tree that was never installed
-    __version__ = "0.0.0"
+    __version__: str
+
+_ERRORS = "memlane.errors"
+_STORES = "memlane.stores"
+
+_LAZY: dict[str, str] = {
+    "BACKEND": "memlane._backend",
+    "ConversationMemory": "memlane.conversation.memory",
+    "ConversationNotFoundError": _ERRORS,
+    "ConversationTurn": "memlane.types",
+    "CorruptStoreError": _ERRORS,
+    "FileStore": "memlane.stores.file",
+    "InMemoryStore": "memlane.stores.memory",
+    "InvalidValueError": _ERRORS,
+    "LongTermMemory": "memlane.longterm.memory",
+    "MemlaneError": _ERRORS,
+    "MemoryEntry": "memlane.types",
+    "MemoryManager": "memlane.manager",
+    "MemoryScope": "memlane.types",
+    "MemoryStore": "memlane.stores.protocol",
+    "MongoDBStore": "memlane.stores.mongodb",
+    "NotFoundError": _ERRORS,
+    "PostgreSQLStore": "memlane.stores.postgres",
+    "ProcedureNotFoundError": _ERRORS,
+    "SQLiteStore": "memlane.stores.sqlite",
+    "StoreClosedError": _ERRORS,
+    "StoreConnectionError": _ERRORS,
+    "StoreError": _ERRORS,
+    "StorePathError": _ERRORS,
+    "TokenEstimator": "memlane.tokens",
+    "UnstorableValueError": _ERRORS,
+    "UserNotFoundError": _ERRORS,
+    "WorkingMemory": "memlane.working",
+}
+"""Where each public name lives: the module imported when the name is first used."""
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("memlane")
+    except PackageNotFoundError:  # running from a source tree that was never installed
+        return "0.0.0"
+
+
+def __getattr__(name: str) -> Any:
+    """Imports a public name on first use and keeps it, so later uses are plain lookups."""
+    if name == "__version__":
+        value: Any = _version()
+    elif name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+    else:
+        raise AttributeError(f"module 'memlane' has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
 
 __all__ = [
     "BACKEND",
