@@ -42,6 +42,7 @@ from memlane.strategies import (
     tool_outcomes,
 )
 from memlane.strategies.interactions import CountTokens
+from memlane.strategies.window import MaxTokensWindow
 from memlane.types import ConversationTurn
 
 __all__ = [
@@ -125,6 +126,11 @@ class _StoredMessages(Sequence[ModelMessage]):
     def __iter__(self) -> Iterator[ModelMessage]:
         return iter(self._messages())
 
+    def forget(self) -> None:
+        """Drops the decoded messages: a turn the window has left is not read again, and its
+        message objects would otherwise stay alive for the life of the conversation."""
+        self._decoded = None
+
 
 _INTERACTIONS = "memlane:interactions"  # the state's cache key of its interaction list
 
@@ -149,12 +155,55 @@ def _interactions(state: ConversationState) -> list[Interaction]:
     return built
 
 
+_WINDOW = "memlane:max-tokens-window"  # the state's cache key of a strategy's window
+
+
+def _window_of(
+    strategy: MemoryMaxTokensStrategy,
+    state: ConversationState,
+    interactions: list[Interaction],
+    count: CountTokens,
+) -> list[Interaction]:
+    """What ``strategy`` keeps, from a window kept in the state across reads.
+
+    The window is fed the interaction list itself, which only grows while the state keeps
+    it: a summary or erasure (a new list), a reload, a clear or an import (a new state)
+    start a window afresh. Turns another host added arrive as appended records, like this
+    host's own.
+    """
+    key = (_WINDOW, strategy.memory_max_tokens, tuple(strategy.conditions))
+    cached = state.strategy_cache.get(key)
+    if isinstance(cached, tuple) and cached[0] is interactions:
+        window: MaxTokensWindow = cached[1]
+    else:
+        window = MaxTokensWindow(strategy, count)
+        state.strategy_cache[key] = (interactions, window)
+    released = window.start
+    kept = window.update(interactions)
+    for interaction in interactions[released : window.start]:
+        if isinstance(interaction.messages, _StoredMessages):
+            interaction.messages.forget()
+    return kept
+
+
+def _select(
+    strategies: Sequence[ShortTermStrategy], state: ConversationState, count: CountTokens
+) -> list[Interaction]:
+    interactions = _interactions(state)
+    first = strategies[0] if strategies else None
+    if isinstance(first, MemoryMaxTokensStrategy) and MaxTokensWindow.supports(first):
+        kept = _window_of(first, state, interactions, count)
+        if len(strategies) == 1:
+            return kept
+        return select_short_term(strategies[1:], kept, count, state.strategy_cache)
+    return select_short_term(strategies, interactions, count, state.strategy_cache)
+
+
 def short_term_view(
     strategies: Sequence[ShortTermStrategy], state: ConversationState, count: CountTokens
 ) -> tuple[list[ModelMessage], int]:
     """The history the short-term strategies send, summary first, and its tokens."""
-    cache: dict[Any, object] = state.strategy_cache
-    kept = select_short_term(strategies, _interactions(state), count, cache)
+    kept = _select(strategies, state, count)
     history: list[ModelMessage] = []
     tokens = 0
     if state.summary is not None:

@@ -21,6 +21,7 @@ from pydantic_ai.messages import (
 
 from memlane.strategies.conditions import (
     CompiledCondition,
+    MessageView,
     compile_condition,
     interaction_view,
     message_view,
@@ -29,6 +30,7 @@ from memlane.strategies.interactions import (
     CountTokens,
     Interaction,
     message_token_counter,
+    part_content,
     part_tool_call_id,
     with_parts,
 )
@@ -86,7 +88,7 @@ def _without(interaction: Interaction, drop_ids: set[str], drop_parts: set[int])
     return Interaction(messages, interaction.index)
 
 
-def _filtered(
+def filter_interaction(
     interaction: Interaction,
     age: int,
     conditions: Sequence[CompiledCondition],
@@ -95,12 +97,25 @@ def _filtered(
 ) -> Interaction:
     """``interaction`` without the parts some condition rejects, nor their tool partners."""
     view = interaction_view(interaction, age, count_tokens, reads)
+    # A part's content (a tool call's arguments or a result, serialised) is found only when
+    # a condition that reads it is reached: one rejecting the part first spares the work.
+    lazy = "message.content" in reads
+    light = reads - {"message.content"}
     drop_parts: set[int] = set()
     drop_ids: set[str] = set()
     for message in interaction.messages:
         for part in message.parts:
-            seen = message_view(part, reads)
-            if not all(c.holds(view, seen) for c in conditions):
+            seen = message_view(part, light)
+            pending = lazy
+            holds = True
+            for condition in conditions:
+                if pending and "message.content" in condition.reads:
+                    seen = MessageView(seen.role, part_content(part), seen.tool_name)
+                    pending = False
+                if not condition.holds(view, seen):
+                    holds = False
+                    break
+            if not holds:
                 drop_parts.add(id(part))
                 call_id = part_tool_call_id(part)
                 if call_id is not None:
@@ -111,7 +126,7 @@ def _filtered(
 
 
 @dataclass(frozen=True, slots=True)
-class _Sendable:
+class Sendable:
     """An interaction as the window would send it, with what the walk needs to know of it."""
 
     interaction: Interaction  # filtered, ``tokens`` set
@@ -119,7 +134,7 @@ class _Sendable:
     answers: frozenset[str]  # ids of its tool returns and retry prompts
 
 
-def _sendable(interaction: Interaction, count_tokens: CountTokens) -> _Sendable:
+def sendable(interaction: Interaction, count_tokens: CountTokens) -> Sendable:
     calls: set[str] = set()
     answers: set[str] = set()
     for message in interaction.messages:
@@ -127,7 +142,7 @@ def _sendable(interaction: Interaction, count_tokens: CountTokens) -> _Sendable:
             call_id = part_tool_call_id(part)
             if call_id is not None:
                 (answers if _is_answer(part) else calls).add(call_id)
-    return _Sendable(interaction.counted(count_tokens), frozenset(calls), frozenset(answers))
+    return Sendable(interaction.counted(count_tokens), frozenset(calls), frozenset(answers))
 
 
 def keep_max_tokens(
@@ -162,19 +177,19 @@ def keep_max_tokens(
     reads = frozenset[str]().union(*(c.reads for c in conditions))
     memo = None if "interaction.age" in reads else cache
     rules = tuple(strategy.conditions)
-    kept: list[_Sendable] = []
+    kept: list[Sendable] = []
     used = 0
     last = len(interactions) - 1
     for position in range(last, -1, -1):
         interaction = interactions[position]
         key = (interaction.index, interaction.tokens, rules)
         entry = memo.get(key) if memo is not None else None
-        if not isinstance(entry, _Sendable):
+        if not isinstance(entry, Sendable):
             if conditions:
-                interaction = _filtered(
+                interaction = filter_interaction(
                     interaction, last - position, conditions, reads, count_tokens
                 )
-            entry = _sendable(interaction, count_tokens)
+            entry = sendable(interaction, count_tokens)
             if memo is not None:
                 memo[key] = entry
         tokens = entry.interaction.token_count(count_tokens)
@@ -184,10 +199,10 @@ def keep_max_tokens(
         if entry.interaction.messages:
             kept.append(entry)
     kept.reverse()
-    return _repair_pairs(kept, interactions)
+    return repair_pairs(kept, interactions)
 
 
-def _repair_pairs(kept: list[_Sendable], interactions: Sequence[Interaction]) -> list[Interaction]:
+def repair_pairs(kept: list[Sendable], interactions: Sequence[Interaction]) -> list[Interaction]:
     """``kept`` without the halves of the pairs of ``interactions`` whose other half is gone.
 
     Pairs that were never whole (a call still waiting for a deferred result) stay as they
