@@ -1,0 +1,326 @@
+"""What PostgreSQLStore sends the server: its statements, and values as PostgreSQL can hold them.
+
+Kept apart from the store so the SQL reads in one place: every statement with the (validated,
+quoted) schema name substituted once, and the checks and encodings a value passes before it
+becomes a ``text`` or ``JSONB`` parameter.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import re
+from decimal import Decimal
+from typing import Any
+
+from memlane._validate import check_str
+from memlane.errors import InvalidValueError
+from memlane.stores import _pg_search
+from memlane.stores._network import utf8_problem
+from memlane.stores.protocol import find_in_json
+
+__all__ = ["PgSql", "cannot_hold", "check_schema_name", "jsonb_text", "text_problem"]
+
+
+def text_problem(text: str) -> str | None:
+    """Why PostgreSQL ``text`` cannot hold ``text`` (NUL or a lone surrogate), or ``None``."""
+    if "\x00" in text:
+        return f"a NUL character at position {text.index(chr(0))}"
+    return utf8_problem(text)
+
+
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
+_EXPONENT_NUMBER = re.compile(r"[0-9][eE][+-]?[0-9]")
+
+
+def check_schema_name(schema_name: object) -> str:
+    """A PostgreSQL schema name must be a plain identifier: it is part of every statement.
+
+    Raises:
+        TypeError: Not a ``str``.
+        InvalidValueError: Anything but ASCII letters, digits and underscores, not starting
+            with a digit, at most 63 characters (a ``ValueError``).
+    """
+    check_str(schema_name, "schema_name")
+    assert isinstance(schema_name, str)
+    if not _IDENTIFIER.fullmatch(schema_name):
+        raise InvalidValueError(
+            f"schema_name must be a plain SQL identifier (ASCII letters, digits, underscores, "
+            f"not starting with a digit, at most 63 characters), got {schema_name!r}"
+        )
+    return schema_name
+
+
+def _float_text(value: float) -> str:
+    """JSON text of a float that JSONB keeps a float.
+
+    JSONB stores numbers as ``numeric`` and prints them positionally, so ``1e+16`` would come
+    back as the integer ``10000000000000000``. Written positionally with a fractional part,
+    the number keeps its scale and reads back as the same float.
+    """
+    text = repr(value)
+    if "e" not in text:
+        return text
+    text = format(Decimal(text), "f")
+    return text if "." in text else f"{text}.0"
+
+
+def _jsonb_encode(value: Any) -> str:
+    if value is None:
+        return "null"
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, int):
+        return int.__repr__(value)
+    if isinstance(value, float):
+        return _float_text(value)
+    if isinstance(value, dict):
+        items = (
+            f"{json.dumps(k, ensure_ascii=False)}:{_jsonb_encode(v)}" for k, v in value.items()
+        )
+        return "{" + ",".join(items) + "}"
+    return "[" + ",".join(_jsonb_encode(v) for v in value) + "]"
+
+
+def _text_scalar(value: Any, path: str) -> tuple[str, str] | None:
+    problem = text_problem(value) if isinstance(value, str) else None
+    return None if problem is None else (path, problem)
+
+
+def _text_key(k: str, path: str) -> tuple[str, str] | None:
+    problem = text_problem(k)
+    return None if problem is None else (f"{path} (dict key {k!r})", problem)
+
+
+def _find_text_problem(value: Any, path: str) -> tuple[str, str] | None:
+    """The first string (or dict key) PostgreSQL cannot hold: ``(where, why)``."""
+    return find_in_json(value, path, _text_scalar, _text_key)
+
+
+def cannot_hold(entry_id: str, where: str, why: str) -> InvalidValueError:
+    return InvalidValueError(
+        f"cannot store entry {entry_id!r} in PostgreSQL: {where} contains {why}, "
+        "which PostgreSQL text and JSONB cannot hold"
+    )
+
+
+def jsonb_text(value: Any, text: str, *, entry_id: str, field: str) -> str:
+    """JSON text for a JSONB parameter: checked for what JSONB rejects, floats kept floats.
+
+    ``text`` is the already-validated :func:`~memlane.store.dumps_json` output; the value is
+    only walked when the text hints at a problem, so the common case is three string scans.
+    """
+    if "\\u0000" in text or utf8_problem(text) is not None:
+        found = _find_text_problem(value, field)
+        if found is not None:
+            raise cannot_hold(entry_id, *found)
+    if _EXPONENT_NUMBER.search(text):
+        return _jsonb_encode(value)
+    return text
+
+
+class PgSql:
+    """Every statement, with the (validated, quoted) schema name substituted once."""
+
+    def __init__(self, schema: str) -> None:
+        s = f'"{schema}"'
+        t = f"{s}.memory_entries"
+        columns = (
+            "entry_id, scope, key, content::text, metadata::text, created_at, expires_at, "
+            "importance, version"
+        )
+        self.lock_id = int.from_bytes(
+            hashlib.blake2b(f"memlane:{schema}".encode(), digest_size=8).digest(),
+            "big",
+            signed=True,
+        )
+        self.migrate = f"""
+CREATE SCHEMA IF NOT EXISTS {s};
+CREATE TABLE IF NOT EXISTS {t} (
+    seq BIGSERIAL NOT NULL,
+    entry_id TEXT PRIMARY KEY,
+    namespace TEXT NOT NULL,
+    scope TEXT NOT NULL,
+    key TEXT COLLATE "C",
+    content JSONB NOT NULL,
+    metadata JSONB NOT NULL DEFAULT '{{}}',
+    created_at TIMESTAMPTZ NOT NULL DEFAULT NOW(),
+    expires_at TIMESTAMPTZ,
+    importance FLOAT NOT NULL DEFAULT 0.5 CHECK (importance BETWEEN 0 AND 1),
+    version BIGINT NOT NULL DEFAULT 0
+);
+-- Tables made before versions existed: their rows become version 0.
+ALTER TABLE {t} ADD COLUMN IF NOT EXISTS version BIGINT NOT NULL DEFAULT 0;
+-- Keys compare by code point (as Python compares str), so that load_range is served by the
+-- (namespace, key) index; a table made with the database's collation is converted once
+-- (its key indexes are rebuilt, the rows are not rewritten).
+DO $collate$ BEGIN
+    IF (SELECT attcollation FROM pg_attribute
+         WHERE attrelid = '{t}'::regclass AND attname = 'key')
+       IS DISTINCT FROM 'pg_catalog."C"'::regcollation THEN
+        ALTER TABLE {t} ALTER COLUMN key TYPE TEXT COLLATE "C";
+    END IF;
+END $collate$;
+-- (namespace, seq) serves every per-namespace query and returns rows already in order.
+CREATE INDEX IF NOT EXISTS memory_entries_namespace ON {t} (namespace, seq);
+CREATE UNIQUE INDEX IF NOT EXISTS memory_entries_namespace_key
+    ON {t} (namespace, key) WHERE key IS NOT NULL;
+CREATE INDEX IF NOT EXISTS memory_entries_expires_at
+    ON {t} (expires_at) WHERE expires_at IS NOT NULL;
+
+-- One save: drop whoever holds the key, then upsert by entry_id. The row keeps its seq
+-- (its position) when it stays in its namespace and takes a new one when it moves.
+-- A concurrent writer may take the key between the DELETE and the INSERT: the unique
+-- index stops it, and the loop takes the key back.
+CREATE OR REPLACE FUNCTION {s}.save_entry(
+    p_namespace TEXT, p_entry_id TEXT, p_scope TEXT, p_key TEXT, p_content JSONB,
+    p_metadata JSONB, p_created_at TIMESTAMPTZ, p_expires_at TIMESTAMPTZ, p_importance FLOAT
+) RETURNS VOID LANGUAGE plpgsql AS $body$
+DECLARE
+    attempt INT := 0;
+BEGIN
+    LOOP
+        IF p_key IS NOT NULL THEN
+            DELETE FROM {t}
+             WHERE namespace = p_namespace AND key = p_key AND entry_id <> p_entry_id;
+        END IF;
+        BEGIN
+            INSERT INTO {t} AS m (entry_id, namespace, scope, key, content, metadata,
+                                  created_at, expires_at, importance)
+            VALUES (p_entry_id, p_namespace, p_scope, p_key, p_content, p_metadata,
+                    p_created_at, p_expires_at, p_importance)
+            ON CONFLICT (entry_id) DO UPDATE SET
+                namespace = EXCLUDED.namespace, scope = EXCLUDED.scope, key = EXCLUDED.key,
+                content = EXCLUDED.content, metadata = EXCLUDED.metadata,
+                created_at = EXCLUDED.created_at, expires_at = EXCLUDED.expires_at,
+                importance = EXCLUDED.importance, version = 0,
+                seq = CASE WHEN m.namespace = EXCLUDED.namespace THEN m.seq ELSE EXCLUDED.seq END;
+            RETURN;
+        EXCEPTION WHEN unique_violation THEN
+            attempt := attempt + 1;
+            IF attempt >= 100 THEN
+                RAISE;
+            END IF;
+        END;
+    END LOOP;
+END
+$body$;
+
+-- save_if: the key's holder is locked (FOR UPDATE) while its version and expiry are judged,
+-- so of the writers that expected one version exactly one gets past the check; when nobody
+-- holds the key there is no row to lock, and the unique index decides instead (the loser's
+-- unique_violation sends it round the loop, where it finds the winner's row). A win then
+-- writes the entry as save_entry does; a loss returns before writing anything.
+-- Racers that share an entry_id meet on the primary key, not the key's index: the loser's
+-- insert would become an update of the winner's row. So the update is judged again on the
+-- row it locks: a row that holds this key must still be what the caller expected, or the
+-- attempt goes round the loop (undoing its DELETE) and loses there to the row it found. A
+-- row under another key or namespace is this entry moving, which save's rules allow.
+-- p_retry: the first attempt's connection failed, so it may have won: the key already
+-- holding exactly this entry at the new version is that win.
+CREATE OR REPLACE FUNCTION {s}.save_entry_if(
+    p_namespace TEXT, p_entry_id TEXT, p_scope TEXT, p_key TEXT, p_content JSONB,
+    p_metadata JSONB, p_created_at TIMESTAMPTZ, p_expires_at TIMESTAMPTZ, p_importance FLOAT,
+    p_expected BIGINT, p_now TIMESTAMPTZ, p_retry BOOLEAN
+) RETURNS BOOLEAN LANGUAGE plpgsql AS $body$
+DECLARE
+    attempt INT := 0;
+    held {t}%ROWTYPE;
+    new_version BIGINT := coalesce(p_expected + 1, 1);
+BEGIN
+    LOOP
+        SELECT * INTO held FROM {t}
+         WHERE namespace = p_namespace AND key = p_key FOR UPDATE;
+        IF FOUND AND (held.expires_at IS NULL OR held.expires_at > p_now) THEN
+            IF p_retry AND held.entry_id = p_entry_id AND held.version = new_version
+               AND held.content = p_content AND held.metadata = p_metadata THEN
+                RETURN TRUE;
+            END IF;
+            IF p_expected IS NULL OR held.version <> p_expected THEN
+                RETURN FALSE;
+            END IF;
+        ELSIF p_expected IS NOT NULL THEN
+            RETURN FALSE;
+        END IF;
+        BEGIN
+            -- Only the row judged above goes: a fresh look for the key (a new snapshot)
+            -- could find a row another writer committed meanwhile, and remove its win.
+            IF held.entry_id IS NOT NULL AND held.entry_id <> p_entry_id THEN
+                DELETE FROM {t} WHERE entry_id = held.entry_id;
+            END IF;
+            INSERT INTO {t} AS m (entry_id, namespace, scope, key, content, metadata,
+                                  created_at, expires_at, importance, version)
+            VALUES (p_entry_id, p_namespace, p_scope, p_key, p_content, p_metadata,
+                    p_created_at, p_expires_at, p_importance, new_version)
+            ON CONFLICT (entry_id) DO UPDATE SET
+                namespace = EXCLUDED.namespace, scope = EXCLUDED.scope, key = EXCLUDED.key,
+                content = EXCLUDED.content, metadata = EXCLUDED.metadata,
+                created_at = EXCLUDED.created_at, expires_at = EXCLUDED.expires_at,
+                importance = EXCLUDED.importance, version = EXCLUDED.version,
+                seq = CASE WHEN m.namespace = EXCLUDED.namespace THEN m.seq ELSE EXCLUDED.seq END
+            WHERE m.namespace <> p_namespace OR m.key IS DISTINCT FROM p_key
+               OR CASE WHEN m.expires_at IS NOT NULL AND m.expires_at <= p_now
+                       THEN p_expected IS NULL
+                       ELSE p_expected IS NOT NULL AND m.version = p_expected END;
+            IF NOT FOUND THEN
+                RAISE unique_violation;
+            END IF;
+            RETURN TRUE;
+        EXCEPTION WHEN unique_violation THEN
+            attempt := attempt + 1;
+            IF attempt >= 100 THEN
+                RAISE;
+            END IF;
+        END;
+    END LOOP;
+END
+$body$;
+
+CREATE OR REPLACE FUNCTION {s}.save_entries(
+    p_namespace TEXT, p_entry_ids TEXT[], p_scopes TEXT[], p_keys TEXT[], p_contents JSONB[],
+    p_metadata JSONB[], p_created_at TIMESTAMPTZ[], p_expires_at TIMESTAMPTZ[],
+    p_importance FLOAT[]
+) RETURNS VOID LANGUAGE plpgsql AS $body$
+BEGIN
+    FOR i IN 1 .. coalesce(array_length(p_entry_ids, 1), 0) LOOP
+        PERFORM {s}.save_entry(p_namespace, p_entry_ids[i], p_scopes[i], p_keys[i],
+                               p_contents[i], p_metadata[i], p_created_at[i],
+                               p_expires_at[i], p_importance[i]);
+    END LOOP;
+END
+$body$;
+"""
+        # Bump when the DDL changes (here or in _pg_search): a table marked with this version
+        # needs nothing. 4: the search columns and indexes.
+        self.version = "memlane schema 4"
+        self.mark = f"COMMENT ON TABLE {t} IS '{self.version}'"
+        self.state = _pg_search.state_query(s, t)
+        self.search_ddl = functools.partial(_pg_search.search_ddl, s, t)
+        self.trigram_index = functools.partial(_pg_search.trigram_index_ddl, t)
+        self.search = functools.partial(_pg_search.search_statement, s, t, columns)
+        self.save_one = f"SELECT {s}.save_entry($1, $2, $3, $4, $5, $6, $7, $8, $9)"
+        self.save_many = (
+            f"SELECT {s}.save_entries($1, $2::text[], $3::text[], $4::text[], $5::jsonb[], "
+            "$6::jsonb[], $7::timestamptz[], $8::timestamptz[], $9::float8[])"
+        )
+        self.save_if = (
+            f"SELECT {s}.save_entry_if($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
+        )
+        live = "(expires_at IS NULL OR expires_at > $2)"
+        self.load = f"SELECT {columns} FROM {t} WHERE namespace = $1 AND {live} ORDER BY seq"
+        self.load_by_key = f"SELECT {columns} FROM {t} WHERE namespace = $1 AND {live} AND key = $3"
+        # The key column's collation is "C", so these bounds and the order are code-point
+        # order and the (namespace, key) index serves both.
+        self.load_range = (
+            f"SELECT {columns} FROM {t} WHERE namespace = $1 AND key >= $3 AND key < $4 "
+            f"AND {live} ORDER BY key"
+        )
+        self.delete = f"DELETE FROM {t} WHERE namespace = $1 AND entry_id = $2"
+        self.clear = f"DELETE FROM {t} WHERE namespace = $1"
+        self.cleanup = f"DELETE FROM {t} WHERE expires_at IS NOT NULL AND expires_at <= $1"
+        self.namespaces = f"SELECT namespace FROM {t} GROUP BY namespace ORDER BY min(seq)"
