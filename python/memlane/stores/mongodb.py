@@ -12,10 +12,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
-import threading
-import time
 import urllib.parse
-import uuid
 import warnings
 from datetime import datetime
 from typing import Any
@@ -23,50 +20,17 @@ from typing import Any
 from memlane._validate import check_positive_int, check_str
 from memlane.errors import InvalidValueError
 from memlane.stores import _mongo_search
+from memlane.stores._mongo_cas import HOLDER, Mongo, MongoCas, seq_clock
 from memlane.stores._network import IndexFallbackWarning, NetworkStore, require, utf8_problem
 from memlane.stores.protocol import (
     SearchHit,
     entry_to_row,
-    next_version,
     rank_entries,
     row_to_entry,
 )
 from memlane.types import MemoryEntry
 
 __all__ = ["IndexFallbackWarning", "MongoDBStore", "check_mongo_name"]
-
-
-class _SeqClock:
-    """Strictly increasing ``time_ns``-based sequence numbers for MongoDB insertion order.
-
-    Counters cannot be used: some MongoDB-compatible servers lose concurrent ``$inc``
-    updates. Wall-clock nanoseconds agree across processes of a host (and across hosts as
-    far as their clocks do); ties between processes are broken by ``_id`` when sorting.
-    """
-
-    def __init__(self) -> None:
-        self._last = 0
-        self._lock = threading.Lock()
-
-    def next(self) -> int:
-        with self._lock:
-            self._last = max(time.time_ns(), self._last + 1)
-            return self._last
-
-
-_seq_clock = _SeqClock()
-
-
-class _Mongo:
-    """One event loop's view of MongoDB: a client, its collections, and whether we own it."""
-
-    def __init__(self, client: Any, database: str, collection: str, owned: bool) -> None:
-        self.client = client
-        self.collection = client[database][collection]
-        # save_if's claims (see MongoDBStore._claim), apart from the entries so that they never
-        # show up in load, namespaces or the entry_id index.
-        self.claims = client[database][f"{collection}.claims"]
-        self.owned = owned
 
 
 _PROJECTION = {
@@ -81,8 +45,6 @@ _PROJECTION = {
     "importance": 1,
     "version": 1,
 }
-_HOLDER = {"_id": 1, "entry_id": 1, "namespace": 1, "seq": 1}
-_CAS_HOLDER = {**_HOLDER, "expires_at": 1, "version": 1, "content": 1, "metadata": 1}
 _FIELDS = (
     "entry_id",
     "scope",
@@ -101,10 +63,6 @@ _ORDER = [("seq", 1), ("_id", 1)]
 
 def _live(now: float) -> dict[str, Any]:
     return {"$or": [{"expires_at": None}, {"expires_at": {"$gt": now}}]}
-
-
-def _is_live(doc: dict[str, Any], now: float) -> bool:
-    return doc.get("expires_at") is None or doc["expires_at"] > now
 
 
 def _url_options(url: str) -> set[str]:
@@ -147,7 +105,7 @@ def check_mongo_name(name: object, what: str) -> str:
     return name
 
 
-class MongoDBStore(NetworkStore[_Mongo]):
+class MongoDBStore(MongoCas, NetworkStore[Mongo]):
     """A MongoDB collection shared by every process that points at it.
 
     Driver: PyMongo's own async API (``AsyncMongoClient``). A client you pass as ``client=``
@@ -225,13 +183,13 @@ class MongoDBStore(NetworkStore[_Mongo]):
         # Whether the server gave the search field a text index (known once migrated).
         self._text_search = False
 
-    async def _open(self, loop: asyncio.AbstractEventLoop) -> _Mongo:
+    async def _open(self, loop: asyncio.AbstractEventLoop) -> Mongo:
         if self._client is not None and loop is not self._runner.loop:
             with self._lock:
                 if self._client_loop is None or self._client_loop.is_closed():
                     self._client_loop = loop
             if self._client_loop is loop:
-                mongo = _Mongo(self._client, self.database, self.collection, owned=False)
+                mongo = Mongo(self._client, self.database, self.collection, owned=False)
                 await self._ping(mongo)
                 return mongo
         pymongo = require("pymongo", "mongodb")
@@ -247,7 +205,7 @@ class MongoDBStore(NetworkStore[_Mongo]):
         in_url = _url_options(self._url)
         options = {k: v for k, v in defaults.items() if k.lower() not in in_url}
         client = pymongo.AsyncMongoClient(self._url, **options)
-        mongo = _Mongo(client, self.database, self.collection, owned=True)
+        mongo = Mongo(client, self.database, self.collection, owned=True)
         try:
             await self._ping(mongo)
         except BaseException:
@@ -255,13 +213,13 @@ class MongoDBStore(NetworkStore[_Mongo]):
             raise
         return mongo
 
-    async def _ping(self, mongo: _Mongo) -> None:
+    async def _ping(self, mongo: Mongo) -> None:
         try:
             await mongo.client.admin.command("ping")
         except self._errors.ConnectionFailure as exc:
             raise self._unreachable(exc, "connect to") from exc
 
-    async def _migrate(self, mongo: _Mongo) -> None:
+    async def _migrate(self, mongo: Mongo) -> None:
         pymongo = require("pymongo", "mongodb")
         asc = pymongo.ASCENDING
         coll = mongo.collection
@@ -335,7 +293,7 @@ class MongoDBStore(NetworkStore[_Mongo]):
             if name not in await coll.index_information():
                 raise
 
-    async def _close_resource(self, mongo: _Mongo) -> None:
+    async def _close_resource(self, mongo: Mongo) -> None:
         if mongo.owned:
             await mongo.client.close()
 
@@ -409,30 +367,30 @@ class MongoDBStore(NetworkStore[_Mongo]):
             try:
                 # A new entry whose key is free (every conversation turn, most facts): one
                 # insert, which the unique _id and entry_id indexes refuse in every other case.
-                await coll.insert_one({**doc, "seq": _seq_clock.next()})
+                await coll.insert_one({**doc, "seq": seq_clock.next()})
                 return
             except failure as exc:
                 if not self._is_duplicate(exc):
                     raise
-            holder = await coll.find_one({"_id": doc_id}, _HOLDER)
+            holder = await coll.find_one({"_id": doc_id}, HOLDER)
             try:
                 if holder is None:
                     # The entry exists under another _id (re-keyed, or keyed and moving
                     # namespace): re-insert it, keeping its place if it stays in this namespace.
-                    old = await coll.find_one({"entry_id": entry_id}, _HOLDER)
+                    old = await coll.find_one({"entry_id": entry_id}, HOLDER)
                     if old is None:
                         continue
                     same = old["namespace"] == namespace
-                    seq = old["seq"] if same else _seq_clock.next()
+                    seq = old["seq"] if same else seq_clock.next()
                     await coll.delete_one({"_id": old["_id"], "entry_id": entry_id})
                     await coll.insert_one({**doc, "seq": seq})
                     return
                 if holder["entry_id"] == entry_id:
                     # The entry itself: replaced in place, or moved to the end of this namespace.
                     same = holder["namespace"] == namespace
-                    seq = holder["seq"] if same else _seq_clock.next()
+                    seq = holder["seq"] if same else seq_clock.next()
                 else:
-                    seq = _seq_clock.next()  # another entry holds the key: this one replaces it
+                    seq = seq_clock.next()  # another entry holds the key: this one replaces it
                 claim = {"_id": doc_id, "entry_id": holder["entry_id"]}
                 # One atomic document update: the key never reads as missing.
                 replaced = await coll.update_one(claim, {"$set": {**doc, "seq": seq}})
@@ -447,9 +405,7 @@ class MongoDBStore(NetworkStore[_Mongo]):
                     await coll.delete_one({"_id": doc_id, "entry_id": holder["entry_id"]})
         raise RuntimeError(f"could not save entry {entry_id!r}: the key kept changing hands")
 
-    async def _do_save_many(
-        self, mongo: _Mongo, namespace: str, docs: list[dict[str, Any]]
-    ) -> None:
+    async def _do_save_many(self, mongo: Mongo, namespace: str, docs: list[dict[str, Any]]) -> None:
         coll = mongo.collection
         if len(docs) == 1:
             await self._save_one(coll, docs[0])
@@ -457,7 +413,7 @@ class MongoDBStore(NetworkStore[_Mongo]):
         # New entries (the common batch: a conversation's turns) go in with one insert_many.
         # The first that collides (an entry_id saved before, a key already held) and all
         # after it go through the full save, which resolves the collision.
-        fresh = [{**d, "seq": _seq_clock.next()} for d in docs]
+        fresh = [{**d, "seq": seq_clock.next()} for d in docs]
         try:
             await coll.insert_many(fresh, ordered=True)
         except self._errors.BulkWriteError as exc:
@@ -469,179 +425,22 @@ class MongoDBStore(NetworkStore[_Mongo]):
             for doc in docs[min(e["index"] for e in write_errors) :]:
                 await self._save_one(coll, doc)
 
-    async def _do_save_if(
-        self,
-        mongo: _Mongo,
-        namespace: str,
-        doc: dict[str, Any],
-        expected: int | None,
-        retry: bool,
-    ) -> bool:
-        coll = mongo.collection
-        version = next_version(expected)
-        if retry and await self._holds(coll, doc, version):
-            return True
-        for _ in range(100):
-            if expected is None:
-                try:
-                    # The key is free (the usual case): one insert, which the unique _id makes
-                    # the arbiter between writers racing for the key.
-                    await coll.insert_one({**doc, "seq": _seq_clock.next(), "version": version})
-                    return True
-                except self._errors.OperationFailure as exc:
-                    if not self._is_duplicate(exc):
-                        raise
-            holder = await coll.find_one({"_id": doc["_id"]}, _CAS_HOLDER)
-            now = time.time()
-            if holder is None:
-                if expected is not None:
-                    return False
-                # The key is free and the insert met this entry_id under another key.
-                won = await self._move_onto_free_key(coll, doc, version)
-            elif _is_live(holder, now) and holder.get("version", 0) != expected:
-                return False  # None never equals a version: a live holder beats "absent"
-            elif not _is_live(holder, now) and expected is not None:
-                return False
-            else:
-                won = await self._replace_holder(mongo, doc, holder, version)
-            if won is not None:
-                return won
-            # The holder changed hands while we worked (an expired one cleaned up, a plain
-            # save): "absent" is judged again.
-            if expected is not None:
-                return False
-        raise RuntimeError(f"could not save entry {doc['entry_id']!r}: the key kept changing hands")
-
-    async def _holds(self, coll: Any, doc: dict[str, Any], version: int) -> bool:
-        """Whether the key already holds exactly ``doc`` at ``version`` (a retried win)."""
-        held = await coll.find_one({"_id": doc["_id"]}, _CAS_HOLDER)
-        return held is not None and all(
-            held.get(f) == v
-            for f, v in (
-                ("entry_id", doc["entry_id"]),
-                ("version", version),
-                ("content", doc["content"]),
-                ("metadata", doc["metadata"]),
-            )
-        )
-
-    async def _claim(self, claims: Any, claim_id: str, token: str) -> bool:
-        """Takes the one right to replace a key's holder at one version.
-
-        FerretDB applies a filtered update as a read, then a write that does not check the
-        filter again, so two writers filtering on the same version would both win; an insert
-        under a unique ``_id`` is atomic on every server, so the claim decides instead. A
-        claim older than ``timeout`` was left by a writer that died before releasing it, and
-        is taken over.
-        """
-        document = {"_id": claim_id, "token": token, "at": time.time()}
-        try:
-            await claims.insert_one(document)
-            return True
-        except self._errors.OperationFailure as exc:
-            if not self._is_duplicate(exc):
-                raise
-        held = await claims.find_one({"_id": claim_id})
-        if held is None or held["at"] > time.time() - self.timeout:
-            return False
-        await claims.delete_one({"_id": claim_id, "token": held["token"]})
-        try:
-            await claims.insert_one({**document, "at": time.time()})
-            return True
-        except self._errors.OperationFailure as exc:
-            if not self._is_duplicate(exc):
-                raise
-        return False
-
-    async def _replace_holder(
-        self, mongo: _Mongo, doc: dict[str, Any], holder: dict[str, Any], version: int
-    ) -> bool | None:
-        """Replaces the key's ``holder`` (as read) by ``doc``: won, lost, or ``None`` (changed)."""
-        coll, entry_id = mongo.collection, doc["entry_id"]
-        claim_id = json.dumps([doc["namespace"], doc["key"], holder.get("version", 0)])
-        token = uuid.uuid4().hex
-        if not await self._claim(mongo.claims, claim_id, token):
-            return False
-        try:
-            old = None
-            if holder["entry_id"] == entry_id:
-                seq = holder["seq"]
-            else:
-                # The entry may live on under another key or namespace: save's rules move it
-                # here (keeping its place in this namespace), which the unique entry_id
-                # index allows only once the old document is gone.
-                old = await coll.find_one({"entry_id": entry_id})
-                if old is not None and old["_id"] == doc["_id"]:
-                    # A racer sharing this entry_id replaced the holder since it was read:
-                    # removing "the old place" would remove that win.
-                    return None
-                same = old is not None and old["namespace"] == doc["namespace"]
-                seq = old["seq"] if same and old is not None else _seq_clock.next()
-                if old is not None:
-                    await coll.delete_one({"_id": old["_id"], "entry_id": entry_id})
-            # The filter repeats what was judged: a plain save in between makes this a loss.
-            state = {
-                "_id": holder["_id"],
-                "entry_id": holder["entry_id"],
-                "version": holder.get("version"),
-                "expires_at": holder.get("expires_at"),
-            }
-            replaced = await coll.update_one(
-                state, {"$set": {**doc, "seq": seq, "version": version}}
-            )
-            if replaced.matched_count:
-                return True
-            if old is not None:
-                await self._restore(coll, old)
-            return None
-        finally:
-            await mongo.claims.delete_one({"_id": claim_id, "token": token})
-
-    async def _move_onto_free_key(
-        self, coll: Any, doc: dict[str, Any], version: int
-    ) -> bool | None:
-        """Moves an entry that lives under another ``_id`` onto the free key of ``doc``."""
-        old = await coll.find_one({"entry_id": doc["entry_id"]})
-        if old is None or old["_id"] == doc["_id"]:
-            # Gone meanwhile, or already on this key (a racer sharing the entry_id won it, and
-            # removing it as "the old place" would let a second win in): judged again.
-            return None
-        seq = old["seq"] if old["namespace"] == doc["namespace"] else _seq_clock.next()
-        await coll.delete_one({"_id": old["_id"], "entry_id": doc["entry_id"]})
-        try:
-            await coll.insert_one({**doc, "seq": seq, "version": version})
-            return True
-        except self._errors.OperationFailure as exc:
-            if not self._is_duplicate(exc):
-                raise
-        # Another writer took the key in between: this one lost, and its entry goes back.
-        await self._restore(coll, old)
-        return None
-
-    async def _restore(self, coll: Any, old: dict[str, Any]) -> None:
-        """Puts back a document a lost ``save_if`` removed (unless its place was taken)."""
-        try:
-            await coll.insert_one(old)
-        except self._errors.OperationFailure as exc:
-            if not self._is_duplicate(exc):
-                raise
-
     async def _do_load_range(
-        self, mongo: _Mongo, namespace: str, start: str, stop: str, now: datetime
+        self, mongo: Mongo, namespace: str, start: str, stop: str, now: datetime
     ) -> list[MemoryEntry]:
         # MongoDB compares strings by their UTF-8 bytes, which is code-point order.
         query = {"namespace": namespace, "key": {"$gte": start, "$lt": stop}}
         cursor = mongo.collection.find({**query, **_live(now.timestamp())}, _PROJECTION)
         return [self._entry(d) for d in await _to_list(cursor.sort([("key", 1)]))]
 
-    async def _do_load(self, mongo: _Mongo, namespace: str, now: datetime) -> list[MemoryEntry]:
+    async def _do_load(self, mongo: Mongo, namespace: str, now: datetime) -> list[MemoryEntry]:
         cursor = mongo.collection.find(
             {"namespace": namespace, **_live(now.timestamp())}, _PROJECTION
         )
         return [self._entry(d) for d in await _to_list(cursor.sort(_ORDER))]
 
     async def _do_load_by_key(
-        self, mongo: _Mongo, namespace: str, key: str, now: datetime
+        self, mongo: Mongo, namespace: str, key: str, now: datetime
     ) -> MemoryEntry | None:
         # Filtered by _id alone, expiry checked here: some servers (FerretDB) use the _id
         # index only for a filter that is exactly {_id: ...} and scan the collection otherwise.
@@ -650,18 +449,18 @@ class MongoDBStore(NetworkStore[_Mongo]):
             return None
         return self._entry(doc)
 
-    async def _do_delete(self, mongo: _Mongo, namespace: str, entry_id: str) -> bool:
+    async def _do_delete(self, mongo: Mongo, namespace: str, entry_id: str) -> bool:
         result = await mongo.collection.delete_one({"namespace": namespace, "entry_id": entry_id})
         return bool(result.deleted_count)
 
-    async def _do_clear(self, mongo: _Mongo, namespace: str) -> int:
+    async def _do_clear(self, mongo: Mongo, namespace: str) -> int:
         return int((await mongo.collection.delete_many({"namespace": namespace})).deleted_count)
 
-    async def _do_cleanup(self, mongo: _Mongo, now: datetime) -> int:
+    async def _do_cleanup(self, mongo: Mongo, now: datetime) -> int:
         result = await mongo.collection.delete_many({"expires_at": {"$lte": now.timestamp()}})
         return int(result.deleted_count)
 
-    async def _do_namespaces(self, mongo: _Mongo) -> list[str]:
+    async def _do_namespaces(self, mongo: Mongo) -> list[str]:
         pipeline = [
             {"$group": {"_id": "$namespace", "first": {"$min": "$seq"}}},
             {"$sort": {"first": 1, "_id": 1}},
@@ -677,7 +476,7 @@ class MongoDBStore(NetworkStore[_Mongo]):
 
     async def _do_search(
         self,
-        mongo: _Mongo,
+        mongo: Mongo,
         namespaces: list[str],
         terms: list[str],
         limit: int,
