@@ -248,6 +248,7 @@ class SearchIndex:
         """Number of documents, expired ones included."""
 
 _Row: TypeAlias = tuple[str, str, str | None, str, str, str, float | None, float, int]
+_EntryKit: TypeAlias = tuple[Any, dict[str, Any], Any, Any, Any]
 
 @final
 class SqliteTable:
@@ -321,6 +322,25 @@ class SqliteTable:
         Raises:
             ValueError: The table is closed.
         """
+    def load_entries(
+        self, namespace: str, now: float, kit: _EntryKit
+    ) -> tuple[list[Any], list[int]]:
+        """:meth:`load` as ``(items, odd)``: ``MemoryEntry`` objects built from the rows without
+        validation (twin of :func:`memlane._pure.store.build_entries`), except at the indices
+        in ``odd``, which hold rows the builder does not take for certain, for ``row_to_entry``.
+        ``kit`` is ``memlane.stores.sqlite.ENTRY_KIT``. The cyclic GC is paused while a large
+        batch is built, and restored as it was.
+
+        Raises:
+            ValueError: The table is closed.
+        """
+    def load_range_entries(
+        self, namespace: str, start: str, stop: str, now: float, kit: _EntryKit
+    ) -> tuple[list[Any], list[int]]:
+        """:meth:`load_range` as ``(items, odd)``, as :meth:`load_entries`."""
+    def load_by_key_entry(self, namespace: str, key: str, now: float, kit: _EntryKit) -> Any:
+        """:meth:`load_by_key` as a ``MemoryEntry``, or the row (a tuple) for ``row_to_entry``,
+        or ``None``."""
     def search(
         self,
         namespaces: Sequence[str],

@@ -335,6 +335,78 @@ def match_query(terms: list[str]) -> str:
     return " OR ".join('"' + term.replace('"', '""').replace("\0", " ") + '"' for term in terms)
 
 
+EntryKit = tuple[Any, dict[str, Any], Callable[[str], Any], Callable[[float, Any], Any], Any]
+"""What :func:`build_entry` needs: ``(MemoryEntry, {scope value: MemoryScope},
+datetime.fromisoformat, datetime.fromtimestamp, UTC)`` (the SQLite store's ``ENTRY_KIT``)."""
+
+_ENTRY_FIELDS = (
+    "entry_id",
+    "scope",
+    "key",
+    "content",
+    "metadata",
+    "created_at",
+    "expires_at",
+    "importance",
+    "version",
+)
+
+
+def build_entry(row: Row, kit: EntryKit) -> Any | None:
+    """The entry of a row memlane wrote, built as ``model_construct`` builds it (no
+    validation); ``None`` for a row left to ``row_to_entry`` (JSON that is not plain
+    ``json.dumps`` output, an unknown scope, a date ``fromisoformat`` refuses, a version that
+    is not a non-negative int), which decodes it alike or raises the precise error.
+
+    Twin of the Rust builder (``rust/src/py/entries.rs``).
+    """
+    cls, scopes, from_iso, from_timestamp, utc = kit
+    entry_id, scope, key, content, metadata, created_at, expires_at, importance, version = row
+    member = scopes.get(scope)
+    if member is None or type(version) is not int or version < 0:
+        return None
+    try:
+        values = {
+            "entry_id": entry_id,
+            "scope": member,
+            "key": key,
+            "content": json.loads(content, parse_constant=_refuse),
+            "metadata": json.loads(metadata, parse_constant=_refuse),
+            "created_at": from_iso(created_at),
+            "expires_at": None if expires_at is None else from_timestamp(expires_at, utc),
+            "importance": float(importance),
+            "version": version,
+        }
+    except (ValueError, TypeError, OverflowError, RecursionError):
+        return None
+    entry = object.__new__(cls)
+    object.__setattr__(entry, "__dict__", values)
+    object.__setattr__(entry, "__pydantic_fields_set__", set(_ENTRY_FIELDS))
+    object.__setattr__(entry, "__pydantic_extra__", None)
+    object.__setattr__(entry, "__pydantic_private__", None)
+    return entry
+
+
+def _refuse(name: str) -> Any:
+    """``NaN`` and the infinities are not what ``json.dumps`` writes for memlane."""
+    raise ValueError(name)
+
+
+def build_entries(rows: list[Row], kit: EntryKit) -> tuple[list[Any], list[int]]:
+    """``(items, odd)``: :func:`build_entry` of each row, in order, except at the indices in
+    ``odd``, which hold their rows for ``row_to_entry``."""
+    items: list[Any] = []
+    odd: list[int] = []
+    for i, row in enumerate(rows):
+        entry = build_entry(row, kit)
+        if entry is None:
+            odd.append(i)
+            items.append(row)
+        else:
+            items.append(entry)
+    return items, odd
+
+
 class SqliteTable:
     """The SQLite store on stdlib ``sqlite3``: every call is one transaction."""
 
@@ -452,6 +524,27 @@ class SqliteTable:
                 (namespace, start, stop, now),
             )
             return list(cur.fetchall())
+
+    def load_entries(
+        self, namespace: str, now: float, kit: EntryKit
+    ) -> tuple[list[Any], list[int]]:
+        """:meth:`load` as :func:`build_entries`: entries, and the indices still holding rows."""
+        return build_entries(self.load(namespace, now), kit)
+
+    def load_range_entries(
+        self, namespace: str, start: str, stop: str, now: float, kit: EntryKit
+    ) -> tuple[list[Any], list[int]]:
+        """:meth:`load_range` as :func:`build_entries`."""
+        return build_entries(self.load_range(namespace, start, stop, now), kit)
+
+    def load_by_key_entry(self, namespace: str, key: str, now: float, kit: EntryKit) -> Any:
+        """:meth:`load_by_key` as an entry, or the row (a tuple) for ``row_to_entry``, or
+        ``None``."""
+        row = self.load_by_key(namespace, key, now)
+        if row is None:
+            return None
+        entry = build_entry(row, kit)
+        return row if entry is None else entry
 
     def search(
         self,

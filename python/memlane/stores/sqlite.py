@@ -9,7 +9,9 @@ from __future__ import annotations
 import os
 import sqlite3
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from memlane import _backend
 from memlane.errors import CorruptStoreError, StoreError, StorePathError
@@ -29,7 +31,7 @@ from memlane.stores.protocol import (
     now,
     row_to_entry,
 )
-from memlane.types import MemoryEntry
+from memlane.types import MemoryEntry, MemoryScope
 
 __all__ = ["SQLiteStore"]
 
@@ -39,6 +41,16 @@ _MAX_LIMIT = 2**63 - 1
 # SQLITE_CORRUPT and SQLITE_NOTADB: the file's bytes are not a readable database.
 _UNREADABLE_CODES = {11, 26}
 _UNREADABLE_TEXTS = ("database disk image is malformed", "file is not a database")
+
+
+ENTRY_KIT = (
+    MemoryEntry,
+    {scope.value: scope for scope in MemoryScope},
+    datetime.fromisoformat,
+    datetime.fromtimestamp,
+    UTC,
+)
+"""What the tables need to build entries from rows without validation (``build_entry``)."""
 
 
 def _unreadable(exc: sqlite3.Error) -> bool:
@@ -175,8 +187,15 @@ class SQLiteStore(LocalStore):
         start, stop = check_key_range(start, stop)
         self._check_open()
         with self._errors:
-            rows = self._table.load_range(namespace, start, stop, now())
-        return [row_to_entry(r, self.path) for r in rows]
+            items, odd = self._table.load_range_entries(namespace, start, stop, now(), ENTRY_KIT)
+        return self._decoded(items, odd)
+
+    def _decoded(self, items: list[Any], odd: list[int]) -> list[MemoryEntry]:
+        """The tables' entries with the rows they left at ``odd`` decoded (or refused, with a
+        :class:`~memlane.errors.CorruptStoreError`) by ``row_to_entry``."""
+        for i in odd:
+            items[i] = row_to_entry(items[i], self.path)
+        return items
 
     def load(self, namespace: str) -> list[MemoryEntry]:
         """Unexpired entries in insertion order.
@@ -187,16 +206,18 @@ class SQLiteStore(LocalStore):
         namespace = check_namespace(namespace)
         self._check_open()
         with self._errors:
-            rows = self._table.load(namespace, now())
-        return [row_to_entry(r, self.path) for r in rows]
+            items, odd = self._table.load_entries(namespace, now(), ENTRY_KIT)
+        return self._decoded(items, odd)
 
     def load_by_key(self, namespace: str, key: str) -> MemoryEntry | None:
         """The unexpired entry holding ``key``, or ``None``."""
         namespace, key = check_namespace(namespace), check_key(key)
         self._check_open()
         with self._errors:
-            row = self._table.load_by_key(namespace, key, now())
-        return None if row is None else row_to_entry(row, self.path)
+            found = self._table.load_by_key_entry(namespace, key, now(), ENTRY_KIT)
+        if type(found) is tuple:
+            return row_to_entry(found, self.path)
+        return found  # type: ignore[no-any-return]
 
     def search(
         self,

@@ -11,6 +11,7 @@ use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 
 mod budget;
+mod entries;
 mod memory_table;
 mod search_index;
 mod sqlite_table;

@@ -6,9 +6,10 @@ use std::sync::Mutex;
 
 use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::PyTuple;
+use pyo3::types::{PyList, PyTuple};
 use pyo3::Borrowed;
 
+use super::entries::Kit;
 use super::guard;
 use crate::store::sqlite::{self, Row};
 
@@ -197,6 +198,51 @@ impl SqliteTable {
         now: f64,
     ) -> PyResult<Option<Row>> {
         self.run(py, |table| table.load_by_key(namespace, key, now))
+    }
+
+    /// `load` as `(items, odd)`: `MemoryEntry` objects built from the rows (see
+    /// `entries.rs`), except at the indices in `odd`, which hold rows for `row_to_entry`.
+    fn load_entries<'py>(
+        &self,
+        py: Python<'py>,
+        namespace: &str,
+        now: f64,
+        kit: &Bound<'py, PyTuple>,
+    ) -> PyResult<(Bound<'py, PyList>, Vec<usize>)> {
+        let kit = Kit::new(kit)?;
+        let rows = self.run(py, |table| table.load(namespace, now))?;
+        kit.entries(rows)
+    }
+
+    /// `load_range` as `(items, odd)`, as `load_entries`.
+    fn load_range_entries<'py>(
+        &self,
+        py: Python<'py>,
+        namespace: &str,
+        start: &str,
+        stop: &str,
+        now: f64,
+        kit: &Bound<'py, PyTuple>,
+    ) -> PyResult<(Bound<'py, PyList>, Vec<usize>)> {
+        let kit = Kit::new(kit)?;
+        let rows = self.run(py, |table| table.load_range(namespace, start, stop, now))?;
+        kit.entries(rows)
+    }
+
+    /// `load_by_key` as a `MemoryEntry`, or the row (a tuple) for `row_to_entry`, or `None`.
+    fn load_by_key_entry<'py>(
+        &self,
+        py: Python<'py>,
+        namespace: &str,
+        key: &str,
+        now: f64,
+        kit: &Bound<'py, PyTuple>,
+    ) -> PyResult<Option<Bound<'py, PyAny>>> {
+        let kit = Kit::new(kit)?;
+        match self.run(py, |table| table.load_by_key(namespace, key, now))? {
+            Some(row) => Ok(Some(kit.entry_or_row(row)?)),
+            None => Ok(None),
+        }
     }
 
     fn search(
