@@ -29,6 +29,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import simpleeval
 from pydantic_ai.messages import BaseToolCallPart, UserPromptPart
 from simpleeval import EvalWithCompoundTypes
 
@@ -222,6 +223,103 @@ def _evaluator() -> EvalWithCompoundTypes:
     return evaluator
 
 
+_Value = Callable[[Any, Any], Any]
+"""A part of an expression as a function of ``(interaction, message)``."""
+
+
+def _fast_all(nodes: list[ast.expr]) -> list[_Value] | None:
+    values = [_fast(node) for node in nodes]
+    return [v for v in values if v is not None] if all(values) else None
+
+
+def _fast(node: ast.AST) -> _Value | None:
+    """``node`` as nested functions doing what simpleeval does for it, or ``None`` when it
+    holds something they do not cover (string methods, subscripts, keywords...).
+
+    simpleeval walks the tree again at every evaluation; a condition on each new part's
+    content (``len(message.content) < 2000``) is evaluated on every turn. The functions
+    call the operators and functions simpleeval calls, in its order, so the value is the
+    same; when they raise, simpleeval evaluates the expression and reports the error.
+    """
+    operators: dict[type, Callable[..., Any]] = simpleeval.DEFAULT_OPERATORS
+    if isinstance(node, ast.Constant):
+        value = node.value
+        if isinstance(value, str | bytes) and len(value) > simpleeval.MAX_STRING_LENGTH:
+            return None  # simpleeval refuses it
+        return lambda i, m: value
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+        name = node.attr
+        if node.value.id == "message":
+            return lambda i, m: getattr(m, name)
+        if node.value.id == "interaction":
+            return lambda i, m: getattr(i, name)
+        return None
+    if isinstance(node, ast.Tuple | ast.List):
+        items = _fast_all(node.elts)
+        if items is None:
+            return None
+        kind = tuple if isinstance(node, ast.Tuple) else list
+        return lambda i, m: kind(f(i, m) for f in items)
+    if isinstance(node, ast.Call):
+        func = _FUNCTIONS.get(node.func.id) if isinstance(node.func, ast.Name) else None
+        args = _fast_all(node.args)
+        if func is None or node.keywords or args is None:
+            return None
+        if len(args) == 1:
+            arg = args[0]
+            return lambda i, m: func(arg(i, m))
+        return lambda i, m: func(*(a(i, m) for a in args))
+    if isinstance(node, ast.Compare):
+        left = _fast(node.left)
+        rights = _fast_all(node.comparators)
+        ops = [operators.get(type(op)) for op in node.ops]
+        if left is None or rights is None or not all(ops):
+            return None
+        pairs = [(op, right) for op, right in zip(ops, rights, strict=True) if op is not None]
+        if len(pairs) == 1:
+            op, right = pairs[0]
+            return lambda i, m: op(left(i, m), right(i, m))
+
+        def chain(i: Any, m: Any) -> Any:
+            value = left(i, m)
+            result: Any = True
+            for op, right in pairs:  # as simpleeval: the last comparison's value
+                if not result:
+                    break
+                value, before = right(i, m), value
+                result = op(before, value)
+            return result
+
+        return chain
+    if isinstance(node, ast.BoolOp):
+        values = _fast_all(node.values)
+        if values is None:
+            return None
+        is_and = isinstance(node.op, ast.And)
+
+        def boolean(i: Any, m: Any) -> Any:
+            result: Any = False
+            for value in values:
+                result = value(i, m)
+                if bool(result) != is_and:
+                    break
+            return result
+
+        return boolean
+    if isinstance(node, ast.UnaryOp | ast.BinOp):
+        operator = operators.get(type(node.op))
+        if operator is None:
+            return None
+        if isinstance(node, ast.UnaryOp):
+            operand = _fast(node.operand)
+            return None if operand is None else (lambda i, m: operator(operand(i, m)))
+        first, second = _fast(node.left), _fast(node.right)
+        if first is None or second is None:
+            return None
+        return lambda i, m: operator(first(i, m), second(i, m))
+    return None
+
+
 _RESULTS_MAX = 4096  # results a condition remembers; the memory is emptied when full
 _KEY_CHARS_MAX = 1024  # a longer value is evaluated every time rather than kept alive
 
@@ -245,6 +343,7 @@ class CompiledCondition:
     reads: frozenset[str]
     _node: ast.AST = field(repr=False, compare=False)
     _fields: tuple[tuple[bool, str], ...] = field(repr=False, compare=False)
+    _fast: _Value | None = field(default=None, repr=False, compare=False)
     _results: dict[tuple[object, ...], bool] = field(
         default_factory=dict, repr=False, compare=False
     )
@@ -269,6 +368,21 @@ class CompiledCondition:
         known = self._results.get(key)
         if known is not None:
             return known
+        result = None
+        if self._fast is not None:
+            try:
+                result = bool(self._fast(interaction, message))
+            except Exception:  # noqa: BLE001 - simpleeval, below, says what went wrong
+                result = None
+        if result is None:
+            result = self._evaluate(interaction, message)
+        if all(not isinstance(v, str) or len(v) <= _KEY_CHARS_MAX for v in key):
+            if len(self._results) >= _RESULTS_MAX:
+                self._results.clear()
+            self._results[key] = result
+        return result
+
+    def _evaluate(self, interaction: InteractionView, message: MessageView | None) -> bool:
         names: dict[str, object] = {"interaction": interaction}
         if message is not None:
             names["message"] = message
@@ -281,10 +395,6 @@ class CompiledCondition:
             raise ConditionError(
                 f"condition {self.expression!r} failed on {subject!r}: {type(exc).__name__}: {exc}"
             ) from exc
-        if all(not isinstance(v, str) or len(v) <= _KEY_CHARS_MAX for v in key):
-            if len(self._results) >= _RESULTS_MAX:
-                self._results.clear()
-            self._results[key] = result
         return result
 
 
@@ -314,7 +424,7 @@ def compile_condition(expression: str, scope: Scope = "message") -> CompiledCond
     fields = tuple(
         (of == "message", name) for of, _, name in (read.partition(".") for read in sorted(reads))
     )
-    condition = CompiledCondition(expression, scope, reads, tree.body, fields)
+    condition = CompiledCondition(expression, scope, reads, tree.body, fields, _fast(tree.body))
     for interaction in _SAMPLE_INTERACTIONS:
         for message in _SAMPLE_MESSAGES if scope == "message" else (None,):
             try:
