@@ -12,19 +12,16 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import functools
 import heapq
 import threading
 from importlib import resources
 from typing import Final
 
-import regex
-
-from memlane._pure.unicode_classes import CLASSES
-
 ENCODING_NAMES: Final = ("cl100k_base", "o200k_base")
 """The bundled encodings, sorted (both implementations count with exactly these)."""
 
-# OpenAI's original split patterns (what tiktoken runs); the twin runs `_TWIN_PATTERNS`.
+# OpenAI's original split patterns (what tiktoken runs); the twin runs `twin_pattern`'s.
 _PATTERNS: Final = {
     "cl100k_base": (
         r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+|\s++$|\s*[\r\n]|\s+(?!\S)|\s"""
@@ -45,6 +42,8 @@ _PATTERNS: Final = {
 
 def _ranges(*names: str) -> str:
     """The listed classes as the body of a regex character class (no brackets)."""
+    from memlane._pure.unicode_classes import CLASSES
+
     out = []
     for name in names:
         for lo, hi in CLASSES[name]:
@@ -53,18 +52,30 @@ def _ranges(*names: str) -> str:
 
 
 def _expand(template: str) -> str:
+    from memlane._pure.unicode_classes import CLASSES
+
     classes = {name: _ranges(name) for name in CLASSES}
     return template.format_map(classes)
 
 
-# The same patterns with every Unicode class spelled as the Rust `regex` crate's exact ranges,
-# so the twin and the extension agree even on code points that a newer Unicode version (the
-# `regex` module's) has assigned since; `\Z` because `$` would also match before a final "\n".
-_TWIN_PATTERNS: Final = {
-    "cl100k_base": _expand(
+@functools.cache
+def twin_pattern(encoding_name: str) -> str:
+    r"""The split pattern the twin runs for ``encoding_name``, built on first use.
+
+    OpenAI's pattern with every Unicode class spelled as the Rust `regex` crate's exact
+    ranges, so the twin and the extension agree even on code points that a newer Unicode
+    version (the `regex` module's) has assigned since; `\Z` because `$` would also match
+    before a final "\n". Building them (and importing `regex` and the class tables) is left
+    to the first twin encoder: the Rust path never needs them.
+    """
+    return _TWIN_TEMPLATES[encoding_name]()
+
+
+_TWIN_TEMPLATES: Final = {
+    "cl100k_base": lambda: _expand(
         r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n{L}{N}]?+[{L}]++|[{N}]{{1,3}}+| ?[^{S}{L}{N}]++[\r\n]*+|[{S}]++\Z|[{S}]*[\r\n]|[{S}]+(?![^{S}])|[{S}]"""
     ),
-    "o200k_base": _expand(
+    "o200k_base": lambda: _expand(
         "|".join(
             [
                 r"""[^\r\n{L}{N}]?[{Lu}{Lt}{Lm}{Lo}{M}]*[{Ll}{Lm}{Lo}{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
@@ -159,7 +170,9 @@ class _Bpe:
         for token in self.ranks:
             with contextlib.suppress(UnicodeDecodeError):  # a partial UTF-8 sequence
                 self.text_ranks.add(token.decode("utf-8"))
-        self.pattern = regex.compile(_TWIN_PATTERNS[encoding_name])
+        import regex
+
+        self.pattern = regex.compile(twin_pattern(encoding_name))
         self.cache: dict[str, int] = {}
 
     def count(self, text: str) -> int:
