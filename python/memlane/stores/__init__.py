@@ -17,19 +17,55 @@ query's words, from the store's own full-text index.
 
 from __future__ import annotations
 
-from memlane.stores.file import FileStore
-from memlane.stores.memory import InMemoryStore
-from memlane.stores.mongodb import IndexFallbackWarning, MongoDBStore
-from memlane.stores.postgres import PostgreSQLStore
-from memlane.stores.protocol import (
-    AsyncMemoryStore,
-    ConditionalStore,
-    MemoryStore,
-    SearchableStore,
-    SearchHit,
-    SyncMemoryStore,
-)
-from memlane.stores.sqlite import SQLiteStore
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from memlane.stores.file import FileStore
+    from memlane.stores.memory import InMemoryStore
+    from memlane.stores.mongodb import IndexFallbackWarning, MongoDBStore
+    from memlane.stores.postgres import PostgreSQLStore
+    from memlane.stores.protocol import (
+        AsyncMemoryStore,
+        ConditionalStore,
+        MemoryStore,
+        SearchableStore,
+        SearchHit,
+        SyncMemoryStore,
+    )
+    from memlane.stores.sqlite import SQLiteStore
+
+_PROTOCOL = "memlane.stores.protocol"
+
+# Each store is imported the first time it is named (PEP 562): a process that keeps memory
+# in this process's memory never loads the file, SQLite or network stores.
+_LAZY: dict[str, str] = {
+    "AsyncMemoryStore": _PROTOCOL,
+    "ConditionalStore": _PROTOCOL,
+    "FileStore": "memlane.stores.file",
+    "InMemoryStore": "memlane.stores.memory",
+    "IndexFallbackWarning": "memlane.stores._network",
+    "MemoryStore": _PROTOCOL,
+    "MongoDBStore": "memlane.stores.mongodb",
+    "PostgreSQLStore": "memlane.stores.postgres",
+    "SQLiteStore": "memlane.stores.sqlite",
+    "SearchHit": _PROTOCOL,
+    "SearchableStore": _PROTOCOL,
+    "SyncMemoryStore": _PROTOCOL,
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module 'memlane.stores' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_LAZY[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
 
 __all__ = [
     "AsyncMemoryStore",
