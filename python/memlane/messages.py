@@ -1,25 +1,20 @@
 """pydantic-ai messages as memlane sees them: the texts a request carries, the summary message,
-and the compact form retained turns are kept in."""
+and the compact form retained turns are kept in.
+
+pydantic-ai is imported by the functions that build or decode its messages, the first time one
+runs, not with this module: importing it loads the whole package (~0.5 s), which a process that
+only ever stores strings never needs.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pydantic_ai.messages import (
-    BaseToolCallPart,
-    BaseToolReturnPart,
-    ModelMessage,
-    ModelMessagesTypeAdapter,
-    ModelRequest,
-    ModelResponse,
-    RetryFeedbackPart,
-    RetryPromptPart,
-    SystemPromptPart,
-    TextPart,
-    UserPromptPart,
-)
+if TYPE_CHECKING:
+    from pydantic import TypeAdapter
+    from pydantic_ai.messages import ModelMessage, ModelRequest
 
 SUMMARY_PREFIX = "Summary of the earlier conversation:\n"
 """Opens the system prompt that carries a rolling summary."""
@@ -42,6 +37,13 @@ def message_texts(messages: Iterable[ModelMessage]) -> list[str]:
     Prompts, system prompts, text, thinking, tool-call names and arguments, tool returns and
     retry feedback all count: a turn's estimate must cover what the request will carry.
     """
+    from pydantic_ai.messages import (
+        BaseToolCallPart,
+        BaseToolReturnPart,
+        RetryFeedbackPart,
+        RetryPromptPart,
+    )
+
     texts: list[str] = []
     for message in messages:
         for part in message.parts:
@@ -66,6 +68,8 @@ def summary_message(summary: str, created_at: datetime) -> ModelRequest:
     Its timestamp is the summary's own, so the same history compares equal however often
     (and in whichever process) it is rebuilt.
     """
+    from pydantic_ai.messages import ModelRequest, SystemPromptPart
+
     return ModelRequest(
         parts=[SystemPromptPart(content=SUMMARY_PREFIX + summary, timestamp=created_at)]
     )
@@ -76,6 +80,8 @@ def default_messages(user_prompt: str, assistant_response: str, at: datetime) ->
 
     Timestamps are the turn's, so rebuilding them later yields equal messages.
     """
+    from pydantic_ai.messages import ModelRequest, ModelResponse, TextPart, UserPromptPart
+
     return [
         ModelRequest(parts=[UserPromptPart(content=user_prompt, timestamp=at)]),
         ModelResponse(parts=[TextPart(content=assistant_response)], timestamp=at),
@@ -84,6 +90,8 @@ def default_messages(user_prompt: str, assistant_response: str, at: datetime) ->
 
 def pack_messages(messages: list[ModelMessage]) -> bytes | list[ModelMessage]:
     """Messages as compact JSON, or the list itself if pydantic cannot serialise its content."""
+    from pydantic_ai.messages import ModelMessagesTypeAdapter
+
     try:
         return ModelMessagesTypeAdapter.dump_json(messages)
     except ValueError:
@@ -93,6 +101,15 @@ def pack_messages(messages: list[ModelMessage]) -> bytes | list[ModelMessage]:
 def unpack_messages(payload: bytes | str | list[ModelMessage]) -> list[ModelMessage]:
     """The messages :func:`pack_messages` packed."""
     if isinstance(payload, bytes | str):
+        from pydantic_ai.messages import ModelMessagesTypeAdapter
+
         messages: list[ModelMessage] = ModelMessagesTypeAdapter.validate_json(payload)
         return messages
     return list(payload)
+
+
+def messages_adapter() -> TypeAdapter[list[ModelMessage]]:
+    """pydantic-ai's ``ModelMessagesTypeAdapter`` (imported on first use)."""
+    from pydantic_ai.messages import ModelMessagesTypeAdapter
+
+    return ModelMessagesTypeAdapter

@@ -14,17 +14,17 @@ import asyncio
 import logging
 import re
 from collections.abc import Sequence
-
-from pydantic_ai import Agent
-from pydantic_ai.messages import (
-    BaseToolCallPart,
-    BaseToolReturnPart,
-    ModelMessage,
-)
-from pydantic_ai.models import Model
+from typing import TYPE_CHECKING
 
 from memlane.tokens import TokenEstimator
-from memlane.types import ConversationTurn
+from memlane.types import ConversationTurn, strings_only
+
+if TYPE_CHECKING:
+    from pydantic_ai import Agent
+    from pydantic_ai.messages import ModelMessage
+    from pydantic_ai.models import Model
+
+# pydantic-ai is imported when a summary is asked of a model or turns carry tool calls.
 
 __all__ = [
     "DEFAULT_PROMPT_TEMPLATE",
@@ -131,6 +131,10 @@ def fit_tokens(text: str, max_tokens: int, estimator: TokenEstimator) -> str:
 
 
 def _message_lines(messages: Sequence[ModelMessage]) -> list[str]:
+    if not messages:
+        return []
+    from pydantic_ai.messages import BaseToolCallPart, BaseToolReturnPart
+
     lines: list[str] = []
     for message in messages:
         for part in message.parts:
@@ -164,7 +168,8 @@ def format_turns(turns: Sequence[ConversationTurn]) -> str:
     for turn in new_turns:
         lines.append(f"[turn {turn.turn_id}]")
         lines.append(f"User: {_clip(turn.user_prompt, _CLIP_CHARS)}")
-        lines.extend(_message_lines(turn.raw_messages))
+        if not strings_only(turn):  # the two messages of its strings carry no tool calls
+            lines.extend(_message_lines(turn.raw_messages))
         lines.append(f"Assistant: {_clip(turn.assistant_response, _CLIP_CHARS)}")
     blocks.append("\n".join(lines))
     return "\n\n".join(blocks)
@@ -228,6 +233,8 @@ class LLMSummarizer:
     def _agent(self) -> Agent[None, str]:
         # A fresh agent per summary: nothing of the conversation's agent (tools, instructions,
         # history) leaks into it, and a key set after start-up is picked up.
+        from pydantic_ai import Agent
+
         return Agent(self.model, name="memlane-summarizer")
 
     def _finish(self, turns: Sequence[ConversationTurn], output: object) -> str:

@@ -3,12 +3,30 @@
 from __future__ import annotations
 
 import enum
+import functools
 import uuid
+from collections.abc import Generator
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Annotated, Any, cast
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
-from pydantic_ai.messages import ModelMessage
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    GetCoreSchemaHandler,
+    GetJsonSchemaHandler,
+    SerializationInfo,
+    SerializerFunctionWrapHandler,
+    TypeAdapter,
+    ValidationInfo,
+    field_validator,
+    model_serializer,
+)
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema, core_schema, to_json
+
+if TYPE_CHECKING:
+    from pydantic_ai.messages import ModelMessage
 
 
 def utc_now() -> datetime:
@@ -78,6 +96,72 @@ class MemoryEntry(BaseModel):
         return self.expires_at is not None and self.expires_at <= utc_now()
 
 
+@functools.cache
+def _messages_adapter() -> TypeAdapter[list[ModelMessage]]:
+    """``list[ModelMessage]`` as a field of a model with the default config would be."""
+    from pydantic_ai.messages import ModelMessage
+
+    return TypeAdapter(list[ModelMessage])
+
+
+def _validate_messages(value: Any, info: ValidationInfo) -> list[ModelMessage]:
+    if type(value) is list and not value:
+        return []
+    adapter = _messages_adapter()
+    if info.mode == "json":  # as parsed JSON: validated as the JSON it was (bytes are base64)
+        return adapter.validate_json(to_json(value), context=info.context)
+    return adapter.validate_python(value, context=info.context)
+
+
+def _serialize_messages(value: Any, info: SerializationInfo) -> Any:
+    if type(value) is list and not value:
+        return []
+    return _messages_adapter().dump_python(
+        value,
+        mode="json" if info.mode_is_json() else "python",
+        include=cast("Any", info.include),
+        exclude=cast("Any", info.exclude),
+        context=info.context,
+        by_alias=info.by_alias,
+        exclude_unset=info.exclude_unset,
+        exclude_defaults=info.exclude_defaults,
+        exclude_none=info.exclude_none,
+        round_trip=info.round_trip,
+        serialize_as_any=info.serialize_as_any,
+    )
+
+
+class _LazyMessages:
+    """Validates and serialises ``list[ModelMessage]`` with pydantic-ai imported on first use.
+
+    Importing pydantic-ai loads its whole package (~0.5 s), and a turn given as strings never
+    needs it: the field is checked by exactly the schema ``list[ModelMessage]`` would have,
+    built the first time a turn carries messages.
+    """
+
+    def __get_pydantic_core_schema__(
+        self, source: Any, handler: GetCoreSchemaHandler
+    ) -> CoreSchema:
+        return core_schema.with_info_plain_validator_function(
+            _validate_messages,
+            serialization=core_schema.plain_serializer_function_ser_schema(
+                _serialize_messages, info_arg=True
+            ),
+        )
+
+    def __get_pydantic_json_schema__(
+        self, schema: CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        return handler(_messages_adapter().core_schema)
+
+
+if TYPE_CHECKING:
+    Messages = list[ModelMessage]
+else:
+    Messages = Annotated[list[Any], _LazyMessages()]
+"""``list[ModelMessage]``, checked without importing pydantic-ai until a turn has messages."""
+
+
 class ConversationTurn(BaseModel):
     """One exchange: a user prompt, the assistant's answer and every message between them.
 
@@ -86,6 +170,7 @@ class ConversationTurn(BaseModel):
         user_prompt: What the user said.
         assistant_response: What the assistant answered.
         raw_messages: The pydantic-ai messages of the turn (tool calls and returns included).
+            Those of a turn given only as strings are built when first read.
         timestamp: When the turn was added, aware UTC.
         token_estimate: Tokens the turn costs in a model request (all of its message parts).
         metadata: Free-form annotations.
@@ -94,10 +179,81 @@ class ConversationTurn(BaseModel):
     turn_id: int = Field(ge=0)
     user_prompt: str
     assistant_response: str
-    raw_messages: list[ModelMessage] = Field(default_factory=list)
+    raw_messages: Messages = Field(default_factory=list)
     timestamp: datetime = Field(default_factory=utc_now)
     token_estimate: int = Field(default=0, ge=0)
     metadata: dict[str, Any] = Field(default_factory=dict)
+
+    # A turn made by new_turn without raw_messages has the two messages built from its
+    # strings, made the first time anything reads them (pydantic-ai is imported then): on
+    # attribute access, and before anything that reads the fields wholesale.
+
+    def _messages(self) -> None:
+        values = self.__dict__
+        if "raw_messages" not in values:
+            from memlane.messages import default_messages
+
+            messages = default_messages(
+                values["user_prompt"], values["assistant_response"], values["timestamp"]
+            )
+            # A new dict in field order (repr and dumps follow it), swapped in at once.
+            order = _FIELD_ORDER
+            items = sorted(
+                [*values.items(), ("raw_messages", messages)],
+                key=lambda item: order.get(item[0], len(order)),
+            )
+            object.__setattr__(self, "__dict__", dict(items))
+
+    if not TYPE_CHECKING:
+
+        def __getattr__(self, name: str) -> Any:
+            if name == "raw_messages" and "user_prompt" in self.__dict__:
+                self._messages()
+                return self.__dict__["raw_messages"]
+            return super().__getattr__(name)
+
+    # No return annotation: pydantic would take it for the serialised schema.
+    @model_serializer(mode="wrap")
+    def _serialize(self, handler: SerializerFunctionWrapHandler):  # type: ignore[no-untyped-def]
+        self._messages()
+        return handler(self)
+
+    def __eq__(self, other: object) -> bool:
+        self._messages()
+        if isinstance(other, ConversationTurn):
+            other._messages()
+        return super().__eq__(other)
+
+    __hash__ = None  # type: ignore[assignment]  # unhashable, as BaseModel: __eq__ is redefined
+
+    def __iter__(self) -> Generator[tuple[str, Any], None, None]:
+        self._messages()
+        yield from super().__iter__()
+
+    def __repr_args__(self) -> Any:
+        self._messages()
+        return super().__repr_args__()
+
+    def __copy__(self) -> ConversationTurn:
+        self._messages()
+        return super().__copy__()
+
+    def __deepcopy__(self, memo: dict[int, Any] | None = None) -> ConversationTurn:
+        self._messages()
+        return super().__deepcopy__(memo)
+
+    def __getstate__(self) -> dict[Any, Any]:
+        self._messages()
+        return super().__getstate__()
+
+
+def strings_only(turn: ConversationTurn) -> bool:
+    """Whether ``turn``'s messages are the two of its strings, not built yet."""
+    return "raw_messages" not in turn.__dict__
+
+
+_ALL_FIELDS = frozenset(ConversationTurn.model_fields)
+_FIELD_ORDER = {name: i for i, name in enumerate(ConversationTurn.model_fields)}
 
 
 def new_turn(**values: Any) -> ConversationTurn:
@@ -105,11 +261,13 @@ def new_turn(**values: Any) -> ConversationTurn:
 
     What ``ConversationTurn.model_construct`` does, minus its per-field default handling:
     every field is given, and at ~1.5 us instead of ~3.5 us it is a sixth of a heuristic
-    turn. A test holds it equal to ``model_construct``.
+    turn. A test holds it equal to ``model_construct``. Every field but ``raw_messages`` is
+    given: without it, the turn's messages are the two built from its strings, when first
+    read.
     """
     turn = object.__new__(ConversationTurn)
     object.__setattr__(turn, "__dict__", values)
-    object.__setattr__(turn, "__pydantic_fields_set__", set(values))
+    object.__setattr__(turn, "__pydantic_fields_set__", set(_ALL_FIELDS))
     object.__setattr__(turn, "__pydantic_extra__", None)
     object.__setattr__(turn, "__pydantic_private__", None)
     return turn

@@ -21,9 +21,7 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Coroutine
 from datetime import timedelta
-from typing import Any, TypeVar
-
-from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from memlane._locks import LockTable, running_loop
 from memlane._runner import (
@@ -47,17 +45,18 @@ from memlane.conversation.plan import (
 )
 from memlane.conversation.snapshot import export_snapshot, parse_snapshot
 from memlane.conversation.state import ConversationState, namespace
-from memlane.conversation.strategies import (
-    DensitySummarizer,
-    check_long_term,
-    check_short_term,
-    short_term_view,
-)
-from memlane.stores import InMemoryStore, MemoryStore
-from memlane.stores.protocol import dumps_json
-from memlane.strategies import SummarizerStrategy
+from memlane.stores.memory import InMemoryStore
+from memlane.stores.protocol import MemoryStore, dumps_json
 from memlane.tokens import TokenEstimator
 from memlane.types import ConversationTurn
+
+if TYPE_CHECKING:
+    from pydantic_ai.messages import ModelMessage
+
+    from memlane.strategies import LongTermStrategy, ShortTermStrategy
+
+# Strategies (memlane.strategies, pydantic-ai) and the pydantic-ai message classes are
+# imported where a memory is given strategies or messages, not by every memory.
 
 T = TypeVar("T")
 
@@ -67,6 +66,8 @@ def _check_messages(raw_messages: object) -> list[ModelMessage]:
         raise TypeError(
             f"raw_messages must be a list of ModelMessage, not {type(raw_messages).__name__}"
         )
+    from pydantic_ai.messages import ModelRequest, ModelResponse
+
     for i, message in enumerate(raw_messages):
         if not isinstance(message, ModelRequest | ModelResponse):
             raise TypeError(
@@ -113,6 +114,38 @@ def _sync_reader(
     return describe(method, plan, sync=True)
 
 
+def _check_short_term(value: object) -> list[ShortTermStrategy]:
+    if value is None:
+        return []
+    from memlane.conversation.strategies import check_short_term
+
+    return check_short_term(value)
+
+
+def _check_long_term(value: object) -> LongTermStrategy | None:
+    if value is None:
+        return None
+    from memlane.conversation.strategies import check_long_term
+
+    return check_long_term(value)
+
+
+def _summarizer_strategy(memory: ConversationMemory) -> Any:
+    """The memory's long-term strategy if it is a ``SummarizerStrategy``, else ``None``."""
+    if memory.long_term_strategy is None:
+        return None
+    from memlane.strategies import SummarizerStrategy
+
+    strategy = memory.long_term_strategy
+    return strategy if isinstance(strategy, SummarizerStrategy) else None
+
+
+def _short_term_view(memory: ConversationMemory, state: ConversationState) -> tuple[Any, int]:
+    from memlane.conversation.strategies import short_term_view
+
+    return short_term_view(memory.short_term, state, memory._count_messages)
+
+
 def _history(memory: ConversationMemory, state: ConversationState | None) -> list[ModelMessage]:
     """The messages to send with the next request: summary first, then whole recent turns.
 
@@ -123,7 +156,8 @@ def _history(memory: ConversationMemory, state: ConversationState | None) -> lis
     if state is None:
         return []
     if memory.short_term:
-        return short_term_view(memory.short_term, state, memory._count_messages)[0]
+        messages: list[ModelMessage] = _short_term_view(memory, state)[0]
+        return messages
     return state.history()
 
 
@@ -132,7 +166,7 @@ def _tokens(memory: ConversationMemory, state: ConversationState | None) -> int:
     if state is None:
         return 0
     if memory.short_term:
-        return short_term_view(memory.short_term, state, memory._count_messages)[1]
+        return _short_term_view(memory, state)[1]
     return state.history_tokens
 
 
@@ -266,12 +300,12 @@ class ConversationMemory(ConversationLogic):
         long_term_strategy: Any = None,
     ) -> None:
         self.max_tokens = check_positive_int(max_tokens, "max_tokens")
-        self.short_term = check_short_term(short_term)
+        self.short_term = _check_short_term(short_term)
         if long_term is not None and not callable(getattr(long_term, "remember", None)):
             if long_term_strategy is not None:
                 raise TypeError("pass the long-term strategy as long_term or long_term_strategy")
             long_term_strategy, long_term = long_term, None
-        self.long_term_strategy = check_long_term(long_term_strategy)
+        self.long_term_strategy = _check_long_term(long_term_strategy)
         ttl = check_ttl(conversation_ttl, "conversation_ttl")
         self.conversation_ttl = None if ttl is None else ttl.total_seconds()
         if not isinstance(retain_transcript, bool):
@@ -311,9 +345,11 @@ class ConversationMemory(ConversationLogic):
             if isinstance(self.estimator, TokenEstimator)
             else self.estimator.estimate_many
         )
-        if isinstance(self.long_term_strategy, SummarizerStrategy):
-            if self.long_term_strategy.model is not None:
-                summarizer = DensitySummarizer(self.long_term_strategy, None)
+        if (strategy := _summarizer_strategy(self)) is not None:
+            if strategy.model is not None:
+                from memlane.conversation.strategies import DensitySummarizer
+
+                summarizer = DensitySummarizer(strategy, None)
             elif summarizer is None:
                 raise ValueError(
                     "a SummarizerStrategy needs a model: set its model, or pass summarizer="
@@ -443,9 +479,10 @@ class ConversationMemory(ConversationLogic):
 
         check_cid(conversation_id)
         check_str(prompt, "prompt")
-        if not isinstance(self.long_term_strategy, SummarizerStrategy):
+        strategy = _summarizer_strategy(self)
+        if strategy is None:
             return None
-        call = knowledge_search(self.store, self.long_term_strategy, prompt)
+        call = knowledge_search(self.store, strategy, prompt)
         if call is None:
             return None
         hits: list[Any] = yield call

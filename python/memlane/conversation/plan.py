@@ -23,9 +23,7 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any, NamedTuple, TypeVar
-
-from pydantic_ai.messages import ModelMessage
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from memlane._locks import HybridLock, LockTable
 from memlane._runner import Call, Plan, Release, Spawn, StoreCall, Summarize, Summarizer
@@ -49,9 +47,12 @@ from memlane.conversation.state import (
     turn_entry,
 )
 from memlane.errors import ConversationNotFoundError
-from memlane.messages import SUMMARY_PREFIX, default_messages, message_texts
+from memlane.messages import SUMMARY_PREFIX, message_texts
 from memlane.tokens import TokenEstimator
 from memlane.types import ConversationTurn, MemoryEntry, new_turn, utc_now
+
+if TYPE_CHECKING:
+    from pydantic_ai.messages import ModelMessage
 
 logger = logging.getLogger("memlane")
 
@@ -367,13 +368,20 @@ class ConversationLogic:
         """The turn that follows ``state``'s last one (not yet kept)."""
         at = utc_now()
         messages = new.messages
+        if messages is None:  # the two messages of its strings, built when first read
+            return new_turn(
+                turn_id=state.next_turn_id,
+                user_prompt=new.user_prompt,
+                assistant_response=new.assistant_response,
+                timestamp=at,
+                token_estimate=new.tokens,
+                metadata=dict(new.metadata) if new.metadata else {},
+            )
         return new_turn(
             turn_id=state.next_turn_id,
             user_prompt=new.user_prompt,
             assistant_response=new.assistant_response,
-            raw_messages=messages
-            if messages is not None
-            else default_messages(new.user_prompt, new.assistant_response, at),
+            raw_messages=messages,
             timestamp=at,
             token_estimate=new.tokens,
             metadata=dict(new.metadata) if new.metadata else {},

@@ -7,16 +7,15 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from pydantic_ai.messages import ModelMessagesTypeAdapter
-
 from memlane.conversation.state import ConversationState
-from memlane.messages import default_messages, message_texts
+from memlane.messages import default_messages, message_texts, messages_adapter
 from memlane.tokens import TokenEstimator
 from memlane.types import ConversationTurn, as_utc, utc_now
 
 
 def export_snapshot(conversation_id: str, state: ConversationState) -> dict[str, Any]:
     """The snapshot :meth:`ConversationMemory.export_conversation` returns."""
+    adapter = messages_adapter()
     return {
         "conversation_id": conversation_id,
         "turns": [
@@ -27,7 +26,7 @@ def export_snapshot(conversation_id: str, state: ConversationState) -> dict[str,
                 "token_estimate": t.token_estimate,
                 "metadata": t.metadata,
                 "timestamp": t.timestamp.isoformat(),
-                "raw_messages": ModelMessagesTypeAdapter.dump_python(t.raw_messages, mode="json"),
+                "raw_messages": adapter.dump_python(t.raw_messages, mode="json"),
             }
             for t in state.turns()
         ],
@@ -108,7 +107,7 @@ def _parse_turn(
         messages = (
             default_messages(item["user_prompt"], item["assistant_response"], at)
             if not raw
-            else ModelMessagesTypeAdapter.validate_python(raw)
+            else messages_adapter().validate_python(raw)
         )
         estimate = item.get("token_estimate")
         if estimate is None or estimate == 0:  # 0: written by a design that did not count

@@ -17,15 +17,16 @@ import json
 import uuid
 from collections import deque
 from datetime import datetime
-from typing import Any
-
-from pydantic_ai.messages import ModelMessage
+from typing import TYPE_CHECKING, Any
 
 from memlane import _backend
 from memlane._pure.budget import BudgetLedger
 from memlane.errors import CorruptStoreError
 from memlane.messages import default_messages, pack_messages, summary_message, unpack_messages
 from memlane.types import ConversationTurn, MemoryEntry, MemoryScope, new_turn, utc_now
+
+if TYPE_CHECKING:
+    from pydantic_ai.messages import ModelMessage
 
 SUMMARY_KEY = "summary"
 """Store key of a conversation's summary entry."""
@@ -112,6 +113,8 @@ class ConversationState:
 
     ``window`` holds the message lists of the turns ``[window_from, ledger.end)``, which is
     always the ledger's window: the history is read from it without touching older turns.
+    An entry is ``None`` until it is first read, then decoded from its record: the messages
+    of a turn given as strings are not built (nor pydantic-ai imported) before anyone asks.
     """
 
     __slots__ = (
@@ -136,7 +139,7 @@ class ConversationState:
         self.ledger = ledger
         self.records: deque[Record] = deque()
         self.entry_ids: deque[str] = deque()
-        self.window: deque[list[ModelMessage]] = deque()
+        self.window: deque[list[ModelMessage] | None] = deque()
         self.window_from = 0
         self.summary: str | None = None
         self.summary_tokens = 0
@@ -170,10 +173,9 @@ class ConversationState:
             window.popleft()
             self.window_from += 1
         self.window_from = max(self.window_from, start)
-        offset = self.ledger.offset
         while self.window_from > start:  # the window grew back (a smaller summary)
             self.window_from -= 1
-            window.appendleft(_unpack(self.records[self.window_from - offset]))
+            window.appendleft(None)
 
     def append_record(
         self, record: Record, entry_id: str, messages: list[ModelMessage] | None
@@ -182,7 +184,7 @@ class ConversationState:
         self.records.append(record)
         self.entry_ids.append(entry_id)
         self.ledger.push(record[3])
-        self.window.append(messages if messages is not None else _unpack(record))
+        self.window.append(messages)
         self._sync_window()
 
     def append(self, turn: ConversationTurn, entry_id: str, *, default_messages: bool) -> None:
@@ -196,7 +198,8 @@ class ConversationState:
             turn.metadata or None,
             None if default_messages else pack_messages(turn.raw_messages),
         )
-        self.append_record(record, entry_id, turn.raw_messages)
+        # Those of a turn given as strings only if something has built them already.
+        self.append_record(record, entry_id, turn.__dict__.get("raw_messages"))
 
     def evict(self, count: int) -> list[str]:
         """Drops the ``count`` oldest turns; returns their store entry ids."""
@@ -216,16 +219,33 @@ class ConversationState:
         self.ledger.set_summary_tokens(tokens)
         self._sync_window()
 
+    def _windowed(self, index: int) -> list[ModelMessage] | None:
+        """The live messages of the retained turn at ``index``, if it has them yet."""
+        at = self.ledger.offset + index - self.window_from
+        return self.window[at] if at >= 0 else None
+
     def messages(self, index: int) -> list[ModelMessage]:
         """Messages of the retained turn at ``index`` (0 = oldest retained)."""
-        absolute = self.ledger.offset + index
-        if absolute >= self.window_from:
-            return self.window[absolute - self.window_from]
-        return _unpack(self.records[index])
+        at = self.ledger.offset + index - self.window_from
+        if at < 0:
+            return _unpack(self.records[index])
+        messages = self.window[at]
+        if messages is None:
+            messages = self.window[at] = _unpack(self.records[index])
+        return messages
 
     def turn(self, index: int) -> ConversationTurn:
         """The retained turn at ``index`` as a :class:`ConversationTurn`."""
-        turn_id, prompt, response, tokens, at, metadata, _ = self.records[index]
+        turn_id, prompt, response, tokens, at, metadata, payload = self.records[index]
+        if payload is None and self._windowed(index) is None:
+            return new_turn(  # its messages are the two of its strings, built when read
+                turn_id=turn_id,
+                user_prompt=prompt,
+                assistant_response=response,
+                timestamp=at,
+                token_estimate=tokens,
+                metadata=dict(metadata) if metadata else {},
+            )
         return new_turn(
             turn_id=turn_id,
             user_prompt=prompt,
@@ -245,9 +265,15 @@ class ConversationState:
         history: list[ModelMessage] = []
         if self.summary is not None and self.ledger.reserved:
             history.append(summary_message(self.summary, self.summary_at))
-        for messages in self.window:
-            history.extend(messages)
+        for at, messages in enumerate(self.window):
+            history.extend(messages if messages is not None else self._decode(at))
         return history
+
+    def _decode(self, at: int) -> list[ModelMessage]:
+        """The messages of window entry ``at``, decoded from its record and kept."""
+        messages = _unpack(self.records[self.window_from + at - self.ledger.offset])
+        self.window[at] = messages
+        return messages
 
     @property
     def history_tokens(self) -> int:
