@@ -6,15 +6,23 @@ import functools
 import inspect
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any, Concatenate, ParamSpec, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, cast
 
-from memlane.config import MemlaneSettings, create_store
-from memlane.conversation import ConversationMemory, Summarizer
-from memlane.longterm import FactExtractor, LongTermMemory
-from memlane.stores import InMemoryStore, MemoryStore
-from memlane.strategies import LongTermStrategy
+from memlane.conversation.memory import ConversationMemory
+from memlane.longterm.memory import LongTermMemory
+from memlane.stores.memory import InMemoryStore
 from memlane.tokens import TokenEstimator
 from memlane.working import WorkingMemory
+
+if TYPE_CHECKING:
+    from memlane._runner import Summarizer
+    from memlane.config import MemlaneSettings
+    from memlane.longterm.extraction import FactExtractor
+    from memlane.stores.protocol import MemoryStore
+    from memlane.strategies import LongTermStrategy
+
+# The settings (pydantic-settings and every store they can name), strategies and fact
+# extraction (pydantic-ai) are imported by the managers that use them.
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -165,6 +173,8 @@ class MemoryManager:
             ValueError: A configuration problem; the message names the variable.
             StoreConnectionError: The database cannot be reached.
         """
+        from memlane.config import MemlaneSettings, create_store
+
         settings = settings if settings is not None else MemlaneSettings.from_env()
         store = create_store(settings)
         store.initialize()
@@ -177,6 +187,8 @@ class MemoryManager:
         cls, settings: MemlaneSettings | None = None, **kwargs: Any
     ) -> MemoryManager:
         """Async :meth:`from_config`: a database store is initialised on the running loop."""
+        from memlane.config import MemlaneSettings, create_store
+
         settings = settings if settings is not None else MemlaneSettings.from_env()
         store = create_store(settings)
         await store.async_initialize()

@@ -23,8 +23,6 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic_ai.messages import ModelRequest, UserPromptPart
-
 from memlane._validate import check_identifier
 from memlane.errors import ConversationNotFoundError
 from memlane.longterm import Episode, Fact, FactScope, LongTermMemory, MemoryUser, Procedure
@@ -236,6 +234,8 @@ class Records:
         cid = check_identifier(conversation_id, "conversation id")
         if cid not in memory.conversation_ids:
             raise ConversationNotFoundError(f"no conversation {cid!r}")
+        from pydantic_ai.messages import ModelRequest, UserPromptPart  # what a history holds
+
         row = self._conversation_row(cid)
         history = memory.get_message_history(cid)
         # The newest turns that fit the budget are sent whole; older kept ones wait for the

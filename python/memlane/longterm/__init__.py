@@ -10,14 +10,36 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from memlane.errors import ProcedureNotFoundError, UserNotFoundError
 from memlane.longterm.episodes import Episode, EpisodeOutcome
-from memlane.longterm.extraction import ExtractedFact, FactExtractor, create_fact_extractor
 from memlane.longterm.fuzzy import fuzzy_match, query_words
 from memlane.longterm.memory import LongTermMemory
 from memlane.longterm.model import Fact, FactRevision, FactScope, FactType, RememberResult
 from memlane.longterm.procedures import Procedure, ProcedureType
 from memlane.longterm.users import MemoryUser, UserContext
+
+if TYPE_CHECKING:
+    from memlane.longterm.extraction import ExtractedFact, FactExtractor, create_fact_extractor
+
+_EXTRACTION = frozenset({"ExtractedFact", "FactExtractor", "create_fact_extractor"})
+
+
+def __getattr__(name: str) -> Any:
+    """Fact extraction is imported when first named (PEP 562), not by every long-term memory."""
+    if name not in _EXTRACTION:
+        raise AttributeError(f"module 'memlane.longterm' has no attribute {name!r}")
+    from memlane.longterm import extraction
+
+    value = getattr(extraction, name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
 
 __all__ = [
     "Episode",

@@ -18,16 +18,6 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field, field_validator
-from pydantic_ai.messages import (
-    ModelMessage,
-    ModelMessagesTypeAdapter,
-    ModelRequest,
-    ModelResponse,
-    RetryPromptPart,
-    ToolCallPart,
-    ToolReturnPart,
-    UserPromptPart,
-)
 from pydantic_core import to_jsonable_python
 
 from memlane._runner import Plan, Step, StoreCall, async_method, sync_method
@@ -39,7 +29,10 @@ from memlane.stores.protocol import SEARCH_TEXT
 from memlane.types import MemoryEntry, MemoryScope, as_utc, utc_now
 
 if TYPE_CHECKING:
+    from pydantic_ai.messages import ModelMessage
     from pydantic_ai.run import AgentRunResult
+
+# pydantic-ai is imported where messages are read or written, not with long-term memory.
 
 __all__ = ["EPISODES_NAMESPACE", "Episode", "EpisodeOutcome", "EpisodesMixin"]
 
@@ -114,6 +107,8 @@ class Episode(BaseModel):
         Raises:
             pydantic.ValidationError: A message is a plain dict not in pydantic-ai's shape.
         """
+        from pydantic_ai.messages import ModelMessagesTypeAdapter
+
         messages: list[ModelMessage] = ModelMessagesTypeAdapter.validate_python(self.messages)
         return messages
 
@@ -372,6 +367,8 @@ def check_messages(messages: object) -> list[dict[str, Any]]:
     Raises:
         TypeError: Not a sequence, or an item neither a pydantic-ai message nor a dict.
     """
+    from pydantic_ai.messages import ModelMessagesTypeAdapter, ModelRequest, ModelResponse
+
     items = _sequence(messages, "messages")
     found: list[dict[str, Any]] = []
     for i, message in enumerate(items):
@@ -410,6 +407,8 @@ def run_actions(
     messages: Iterable[ModelMessage], *, skip_tool: str | None = None
 ) -> list[dict[str, Any]]:
     """The tool calls of ``messages``, in call order, each with the return that answered it."""
+    from pydantic_ai.messages import RetryPromptPart, ToolCallPart, ToolReturnPart
+
     actions: list[dict[str, Any]] = []
     by_call: dict[str, dict[str, Any]] = {}
     for message in messages:
@@ -449,6 +448,8 @@ def _timing(messages: list[ModelMessage]) -> tuple[datetime | None, datetime | N
 
 
 def _first_prompt(messages: list[ModelMessage]) -> Any:
+    from pydantic_ai.messages import ModelRequest, UserPromptPart
+
     for message in messages:
         if isinstance(message, ModelRequest):
             for part in message.parts:

@@ -19,11 +19,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field, JsonValue
-from pydantic_ai import Agent
-from pydantic_ai.models import Model
 
 from memlane._validate import check_fraction, check_identifier, type_name
 from memlane.longterm.facts import check_scope
@@ -31,6 +29,12 @@ from memlane.longterm.memory import LongTermMemory
 from memlane.longterm.model import FactScope, FactType, RememberResult, check_enum, render_value
 from memlane.summarization import format_turns
 from memlane.types import ConversationTurn
+
+if TYPE_CHECKING:
+    from pydantic_ai import Agent
+    from pydantic_ai.models import Model
+
+# pydantic-ai is imported by an extractor's creation and runs, not with this module.
 
 __all__ = [
     "DEFAULT_EXTRACTION_INSTRUCTIONS",
@@ -111,6 +115,8 @@ class FactExtractor:
         self.fact_type = fact_type
 
     def _agent(self) -> Agent[None, list[_Candidate]]:
+        from pydantic_ai import Agent
+
         return Agent(
             self.model,
             output_type=list[_Candidate],
@@ -279,6 +285,8 @@ def create_fact_extractor(
         >>> extractor.min_confidence
         0.7
     """
+    from pydantic_ai.models import Model
+
     if not isinstance(model, (Model, str)):
         raise TypeError(f"model must be a pydantic-ai Model or str, not {type_name(model)}")
     if instructions is None:
