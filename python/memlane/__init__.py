@@ -10,9 +10,12 @@ time it is used (PEP 562), so a CLI call or a serverless start pays only for wha
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
 
+# Not typing.TYPE_CHECKING: importing typing would be most of what `import memlane` costs.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from memlane._backend import BACKEND
     from memlane.conversation import ConversationMemory
     from memlane.errors import (
