@@ -363,7 +363,64 @@ def run(cfg: Config, log: Callable[[str], None]) -> WorkloadResult:
         _profile_per_message(cfg, result, log)
     if cfg.profile and any(t.met is False for t in result.targets if "estimate_many" in t.text):
         _profile_batch(cfg, result, log)
+    _startup(result, log)
     return result
+
+
+IMPORT = "memlane"
+FLOOR = "python -c pass (floor)"
+_STARTUPS = 10  # fresh processes per contender; the target is their median
+
+_FIRST_TURN = (
+    "from memlane import ConversationMemory; "
+    "m = ConversationMemory(); m.add_turn('c', 'hi', 'hello'); m.get_turns('c')"
+)
+
+
+def _fresh(code: str) -> Callable[[int], float]:
+    """Seconds a fresh interpreter takes to run ``code`` and exit, start to finish."""
+
+    def run(_: int) -> float:
+        import subprocess
+        import sys
+
+        start = time.perf_counter()
+        subprocess.run([sys.executable, "-c", code], check=True)
+        return time.perf_counter() - start
+
+    return run
+
+
+def _startup(result: WorkloadResult, log: Callable[[str], None]) -> None:
+    """What a CLI call or a serverless start pays: ``import memlane`` in a fresh process,
+    beside an interpreter that imports nothing (the floor no import can go below)."""
+    case = "import memlane (fresh process, start to exit)"
+    log(f"  {case}")
+    samples, failed = interleave(
+        _STARTUPS, [(IMPORT, _fresh("import memlane")), (FLOOR, _fresh("pass"))], log=log
+    )
+    rows = fill_rows(result.rows, samples, failed, case, "process", IMPORT)
+    row = find(rows, case, IMPORT)
+    judge(
+        result,
+        f"import memlane: median of {_STARTUPS} fresh processes ≤ 150 ms",
+        row.median_s if row else None,
+        0.150,
+        at_least=False,
+        fmt=fmt_time,
+        rows=[row],
+    )
+    case = "ConversationMemory, a string add_turn, get_turns (fresh process, diagnostic)"
+    log(f"  {case}")
+    samples, failed = interleave(
+        _STARTUPS, [(IMPORT, _fresh(_FIRST_TURN)), (FLOOR, _fresh("pass"))], log=log
+    )
+    fill_rows(result.rows, samples, failed, case, "process", IMPORT)
+    result.notes.append(
+        "Start-up rows: each sample is one fresh `python -c` process, start to exit, "
+        "interleaved with an empty interpreter; memlane's modules load on first use and "
+        "pydantic-ai only when its messages are built."
+    )
 
 
 _ONE_CORE_CHILD = """
