@@ -90,6 +90,13 @@ class HistoryFilter(ABC):
         return messages, False
 
 
+def selects_each_message(chosen: HistoryFilter) -> bool:
+    """Whether ``chosen`` keeps or drops each message of the agents feed by itself, never by
+    the messages around it: then the agents' traces may be read and selected one by one.
+    Known of memlane's own ``select`` methods only (an override may look at neighbours)."""
+    return type(chosen).select in _EACH_MESSAGE
+
+
 class WholeFeedFilter(HistoryFilter):
     """The namespace's whole feed: the conversation, every agent's traces, the broadcasts."""
 
@@ -220,3 +227,11 @@ class WorkerHistoryFilter(HistoryFilter):
             if messages[i].get("type") == TASK:
                 return messages[i:], True
         return messages, False
+
+
+# ``select`` methods that treat the agents feed message by message (the base one keeps all).
+_EACH_MESSAGE = (
+    HistoryFilter.select,
+    OrchestratorHistoryFilter.select,
+    ManagerHistoryFilter.select,
+)

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import asyncio
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
+from typing import Any, NamedTuple
 
 from memlane._validate import check_identifier, check_positive_int, type_name
 from memlane.shared.convert import message_tokens
@@ -29,8 +30,9 @@ from memlane.shared.filters import (
     TeamFilter,
     ViewSpec,
     WholeFeedFilter,
+    selects_each_message,
 )
-from memlane.shared.message_builder import check_message
+from memlane.shared.message_builder import check_message, json_copy
 from memlane.shared.message_store import (
     BaseMessageStore,
     InMemoryMessageStore,
@@ -54,6 +56,15 @@ __all__ = [
 ]
 
 Message = dict[str, Any]
+
+
+class _Source(NamedTuple):
+    """A feed of a view and how to read its newest ``n`` messages (all for ``None``)."""
+
+    feed: Feed
+    read: Callable[[int | None], Awaitable[list[Message]]]
+
+
 # Messages per feed a budgeted view reads first; 4x more each time the answer needs more.
 # Small, so a tight budget over a large job reads about what it shows.
 _FIRST_READ = 16
@@ -114,6 +125,8 @@ class _ViewMemory(BaseMemory):
                 f"token_estimator must be a TokenEstimator, not {type_name(token_estimator)}"
             )
         self.token_estimator = token_estimator or _default_estimator()
+        # The messages a StoreMessageStore gives a view are the ones it keeps for later reads.
+        self._kept = isinstance(message_store, StoreMessageStore)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(location={self.location!r}, agent_key={self.agent_key!r})"
@@ -164,6 +177,39 @@ class _ViewMemory(BaseMemory):
             raise TypeError(f"{type(store).__name__} must return a list of dict messages")
         return newest(found, want)  # a custom store may give more than asked
 
+    async def _sources(self, spec: ViewSpec, chosen: HistoryFilter) -> list[_Source]:
+        """The feeds the view reads, in view order, each with how to read its newest ``n``."""
+        store = self.message_store
+        names: list[Feed] = []
+        if spec.conversation:
+            names.append("conversation")
+        if spec.agents is None or spec.agents:
+            names.append("agents")
+        if spec.global_:
+            names.append("global")
+        if not isinstance(store, StoreMessageStore):
+            return [_Source(feed, partial(self._read, feed, spec)) for feed in names]
+        # Each feed is read as the store keeps it, uncopied (the view copies what it shows).
+        # A team's traces are read one by one when the filter keeps each message on its own:
+        # the trace a filter leaves out is then read only as far back as the view needs, and
+        # the order is the team's (by timestamp, then by agent, then by trace), which is the
+        # view's own.
+        location, read = self.location, store._async_view
+        sources: list[_Source] = []
+        for feed in names:
+            if feed != "agents":
+                kind = "conversation" if feed == "conversation" else "global"
+                sources.append(_Source(feed, partial(read, location, kind, None)))
+                continue
+            agents = spec.agents
+            if agents is None:
+                agents = tuple(await store.async_list_agents(location))  # type: ignore[arg-type]
+            if len(agents) == 1 or (agents and selects_each_message(chosen)):
+                sources += [_Source(feed, partial(read, location, "agent", a)) for a in agents]
+            else:
+                sources.append(_Source(feed, partial(self._read, feed, spec)))
+        return sources
+
     async def get_history(
         self,
         filter: HistoryFilter | None = None,  # the name users port code with
@@ -196,13 +242,8 @@ class _ViewMemory(BaseMemory):
             max_tokens = check_positive_int(max_tokens, "max_tokens")
         role = Role(self.agent_key, self.subordinates)
         spec = chosen.spec(role)
-        feeds: list[Feed] = []
-        if spec.conversation:
-            feeds.append("conversation")
-        if spec.agents is None or spec.agents:
-            feeds.append("agents")
-        if spec.global_:
-            feeds.append("global")
+        sources = await self._sources(spec, chosen)
+        feeds = [source.feed for source in sources]
         first = limit if max_tokens is None else max(limit or 0, _FIRST_READ)
         wants = [
             None if first is None else max(first, chosen.reads_at_least(feed)) for feed in feeds
@@ -213,7 +254,7 @@ class _ViewMemory(BaseMemory):
 
         while True:
             reads = await asyncio.gather(
-                *(self._read(feed, spec, want) for feed, want in zip(feeds, wants, strict=True))
+                *(source.read(want) for source, want in zip(sources, wants, strict=True))
             )
             kept: list[list[Message]] = []
             more: list[int] = []  # feeds that may hold older messages the view could show
@@ -238,9 +279,13 @@ class _ViewMemory(BaseMemory):
                 stop is not None
                 and all(ordered.place(reads[rank][0], rank, -1) <= stop for rank in more)
             ):
-                return messages[start:]
+                shown = messages[start:]
+                return [json_copy(m) for m in shown] if self._kept else shown
             for rank in more:
-                wants[rank] = 4 * (wants[rank] or 0)
+                # A feed already read back past ``stop`` is left as it is: reading more of it
+                # would add only messages no budget reaches (the check above says when).
+                if stop is None or ordered.place(reads[rank][0], rank, -1) > stop:
+                    wants[rank] = 4 * (wants[rank] or 0)
 
 
 def _check_filter(value: object) -> HistoryFilter | None:

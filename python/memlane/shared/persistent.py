@@ -14,6 +14,11 @@ whatever the size of the location, on every store: one whose range reads are ind
 namespace, an in-memory table) alike. The agents of a location are listed in
 ``shared:<location>:agents``.
 
+Messages never change once written, so what a message store has read of a feed it keeps
+(:mod:`memlane.shared.window`): a later read asks the store only whether the number after
+the newest it holds is taken, one keyed read per feed, and reads just the messages it has
+not seen.
+
 Location and agent names are escaped injectively (``%`` and ``:``), so no name reaches into
 another location's namespace or another agent's feed.
 """
@@ -32,6 +37,7 @@ from memlane.longterm.model import namespace as join_namespace
 from memlane.shared.message_builder import check_message, feed_of, json_copy
 from memlane.shared.message_store import BaseMessageStore, check_agent_keys, check_limit
 from memlane.shared.order import merge_feeds
+from memlane.shared.window import Windows
 from memlane.stores.memory import InMemoryStore
 from memlane.stores.protocol import MemoryStore
 from memlane.types import MemoryEntry, MemoryScope, utc_now
@@ -132,12 +138,36 @@ def bulk_entries(location: str, messages: Sequence[Message]) -> list[tuple[str, 
     return pairs
 
 
-def _message(entry: MemoryEntry, shares: bool) -> Message:
-    if not isinstance(entry.content, dict):
-        raise CorruptStoreError(f"corrupt shared-memory message {entry.key!r}")
-    # InMemoryStore hands back the stored objects themselves (``shares``): a caller must not
-    # reach them. Every other store decodes a fresh copy per read.
-    return json_copy(entry.content) if shares else entry.content
+def _messages(entries: list[MemoryEntry]) -> list[Message]:
+    for entry in entries:
+        if not isinstance(entry.content, dict):
+            raise CorruptStoreError(f"corrupt shared-memory message {entry.key!r}")
+    return [entry.content for entry in entries]
+
+
+def _copies(messages: list[Message]) -> list[Message]:
+    # What a read gives is kept for later reads (and, on InMemoryStore, is the store's own
+    # object): a caller gets copies.
+    return [json_copy(message) for message in messages]
+
+
+def _slice(entries: list[MemoryEntry], seq: int, stop: int) -> list[MemoryEntry]:
+    """Of a whole block (in insertion order), the entries numbered ``seq`` to ``stop - 1``.
+
+    A feed's numbers are claimed one after another (each only once the one before exists), so
+    a block holds its numbers in order from its first: the slice is positional. Checked at its
+    ends; a block found otherwise is filtered and sorted.
+    """
+    base = seq - seq % BLOCK
+    part = entries[seq - base : stop - base]
+    if part and part[0].key == _key(seq) and part[-1].key == _key(seq + len(part) - 1):
+        return part
+    if not part and (not entries or entries[-1].key == _key(base + len(entries) - 1)):
+        return part
+    low, high = _key(seq), _key(stop)
+    found = [e for e in entries if e.key is not None and low <= e.key < high]
+    found.sort(key=lambda e: e.key or "")
+    return found
 
 
 class StoreMessageStore(BaseMessageStore):
@@ -158,10 +188,13 @@ class StoreMessageStore(BaseMessageStore):
         if not callable(getattr(store, "load_by_key", None)):
             raise TypeError(f"store must be a memlane MemoryStore, not {type_name(store)}")
         self.store = store
-        self._shares = isinstance(store, InMemoryStore)
+        # InMemoryStore answers a range by filtering its whole namespace, and a keyed read
+        # from its index: a block is loaded whole (its list, at native speed) and sliced.
+        self._scans = isinstance(store, InMemoryStore)
         # The next number of each feed seen: a lower bound, never above the truth (feeds
         # only grow), so a range read from it finds whatever others appended.
         self._heads: dict[str, int] = {}
+        self._windows = Windows()
         self._registered: set[tuple[str, str | None]] = set()
         self._locks = LockTable()
 
@@ -171,7 +204,7 @@ class StoreMessageStore(BaseMessageStore):
     # ------------------------------------------------------------------------ plans
 
     def _advance(self, feed: _Feed, head: int) -> None:
-        if head > self._heads.get(feed.base, 0):
+        if head > self._heads.get(feed.base, -1):
             self._heads[feed.base] = head
 
     def _probe(self, feed: _Feed, seq: int) -> Plan[bool]:
@@ -200,7 +233,7 @@ class StoreMessageStore(BaseMessageStore):
         found: list[MemoryEntry] = []
         while True:
             end = _block_end(seq)
-            entries = yield StoreCall("load_range", (feed.namespace(seq), _key(seq), _key(end)))
+            entries = yield from self._block(feed, seq, end)
             found += entries
             if not entries or _seq(entries[-1].key) != end - 1:
                 break
@@ -209,15 +242,59 @@ class StoreMessageStore(BaseMessageStore):
             self._advance(feed, _seq(found[-1].key) + 1)
         return found
 
+    def _block(self, feed: _Feed, seq: int, stop: int) -> Plan[list[MemoryEntry]]:
+        """The entries numbered ``seq`` to ``stop - 1``, all in the block holding ``seq``."""
+        if self._scans:
+            return _slice((yield StoreCall("load", (feed.namespace(seq),))), seq, stop)
+        found: list[MemoryEntry] = yield StoreCall(
+            "load_range", (feed.namespace(seq), _key(seq), _key(stop))
+        )
+        return found
+
+    def _between(self, feed: _Feed, seq: int, stop: int) -> Plan[list[MemoryEntry]]:
+        """The entries numbered ``seq`` to ``stop - 1`` (all present: below a known head)."""
+        found: list[MemoryEntry] = []
+        while seq < stop:
+            end = min(stop, _block_end(seq))
+            found += yield from self._block(feed, seq, end)
+            seq = end
+        return found
+
+    def _newer(self, feed: _Feed, seq: int) -> Plan[list[MemoryEntry]]:
+        """The entries from number ``seq`` on: first whether ``seq`` is taken, by its key (the
+        log is dense), as a view finds it is not on most calls."""
+        first = yield StoreCall("load_by_key", (feed.namespace(seq), _key(seq)))
+        if first is None:
+            return []
+        return [first, *(yield from self._from(feed, seq + 1))]
+
     def _read(self, feed: _Feed, limit: int | None) -> Plan[list[Message]]:
-        start = 0
-        if limit is not None:
-            start = max(0, (yield from self._head(feed)) - limit)
-        entries = yield from self._from(feed, start)
-        if limit is not None:
-            entries = entries[-limit:]
-        shares = self._shares
-        return [_message(entry, shares) for entry in entries]
+        """The feed's newest ``limit`` messages (all for ``None``), oldest first: the kept
+        objects themselves, which a caller copies before handing out."""
+        window = self._windows.get(feed.base)
+        if window is None:
+            start = 0
+            if limit is not None:
+                start = max(0, (yield from self._head(feed)) - limit)
+            entries = yield from self._from(feed, start)
+            messages = _messages(entries)
+            if entries:
+                self._windows.extend(feed.base, _seq(entries[0].key), messages)
+            return messages if limit is None else messages[-limit:]
+        # What was read before is reused: only numbers not yet seen are read.
+        lo, hi = window.lo, window.hi
+        newer = _messages((yield from self._newer(feed, hi)))
+        head = hi + len(newer)
+        start = 0 if limit is None else max(0, head - limit)
+        held = window.messages[max(start, lo) - lo : hi - lo]
+        older: list[Message] = []
+        if start < lo:
+            older = _messages((yield from self._between(feed, start, lo)))
+        self._advance(feed, head)
+        self._windows.extend(feed.base, hi, newer)
+        self._windows.extend(feed.base, start, older, replace=False)
+        messages = older + held + newer
+        return messages if limit is None else messages[-limit:]
 
     def _get_conversation_messages(
         self, location: str, limit: int | None = None
@@ -228,7 +305,7 @@ class StoreMessageStore(BaseMessageStore):
             TypeError, ValueError: A bad ``location`` or ``limit``.
         """
         location, limit = check_identifier(location, "location"), check_limit(limit)
-        return (yield from self._read(_Feed(location, "conversation", None), limit))
+        return _copies((yield from self._read(_Feed(location, "conversation", None), limit)))
 
     def _get_agent_messages(
         self, location: str, agent_key: str, limit: int | None = None
@@ -240,7 +317,7 @@ class StoreMessageStore(BaseMessageStore):
         """
         location, limit = check_identifier(location, "location"), check_limit(limit)
         agent_key = check_identifier(agent_key, "agent_key")
-        return (yield from self._read(_Feed(location, "agent", agent_key), limit))
+        return _copies((yield from self._read(_Feed(location, "agent", agent_key), limit)))
 
     def _get_global_messages(self, location: str, limit: int | None = None) -> Plan[list[Message]]:
         """The broadcasts of ``location``: newest ``limit`` (all for ``None``), oldest first.
@@ -249,7 +326,7 @@ class StoreMessageStore(BaseMessageStore):
             TypeError, ValueError: A bad ``location`` or ``limit``.
         """
         location, limit = check_identifier(location, "location"), check_limit(limit)
-        return (yield from self._read(_Feed(location, "global", None), limit))
+        return _copies((yield from self._read(_Feed(location, "global", None), limit)))
 
     def _team(
         self, location: str, keys: Sequence[str | None], limit: int | None
@@ -270,7 +347,7 @@ class StoreMessageStore(BaseMessageStore):
             TypeError, ValueError: A bad ``location``, ``agent_keys`` or ``limit``.
         """
         location, limit = check_identifier(location, "location"), check_limit(limit)
-        return (yield from self._team(location, check_agent_keys(agent_keys), limit))
+        return _copies((yield from self._team(location, check_agent_keys(agent_keys), limit)))
 
     def _list_agents(self, location: str) -> Plan[list[str | None]]:
         """The agents with a trace in ``location`` (``None``: messages naming no agent).
@@ -292,7 +369,14 @@ class StoreMessageStore(BaseMessageStore):
         """
         limit = check_limit(limit)
         agents = yield from self._list_agents(location)
-        return (yield from self._team(location, agents, limit))
+        return _copies((yield from self._team(location, agents, limit)))
+
+    def _view(
+        self, location: str, kind: str, agent: str | None, limit: int | None
+    ) -> Plan[list[Message]]:
+        """One feed's newest ``limit`` messages for a view, which copies only those it shows
+        (location and agent already checked by the memory)."""
+        return (yield from self._read(_Feed(location, kind, agent), limit))
 
     def _append(self, location: str, message: Message) -> Plan[None]:
         """Adds a checked copy of ``message`` to the feed it belongs to, after every message
@@ -317,8 +401,11 @@ class StoreMessageStore(BaseMessageStore):
         ):
             # Another process took the number: read what it (and others) appended.
             missed = yield from self._from(feed, head)
+            self._windows.extend(feed.base, head, _messages(missed), replace=False)
             head = _seq(missed[-1].key) + 1 if missed else head + 1
         self._advance(feed, head + 1)
+        # The next read of this feed need not read back what was just written.
+        self._windows.extend(feed.base, head, [stored], replace=False)
 
     get_conversation_messages = sync_method(_get_conversation_messages)
     async_get_conversation_messages = async_method(_get_conversation_messages)
@@ -334,3 +421,4 @@ class StoreMessageStore(BaseMessageStore):
     async_list_agents = async_method(_list_agents)
     append = sync_method(_append)
     async_append = async_method(_append)
+    _async_view = async_method(_view)
