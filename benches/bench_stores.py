@@ -6,7 +6,8 @@ Per store and namespace size (100 and 10,000 keys, filled with ``save_many`` off
 * ``set``: ``WorkingMemory.set`` replacing random existing keys (the size stays constant).
 * ``mix`` (10,000 keys): 50 % get, 25 % has, 25 % set; one in ten get/has asks for a key that
   is not there.
-* ``load``: ``store.load`` of the whole 10,000-entry namespace.
+* ``load``: ``store.load`` of the whole 10,000-entry namespace (what a long conversation's
+  first load costs); target: ≤ 20 ms on SQLiteStore's Rust path.
 
 Stores: InMemoryStore and SQLiteStore on the Rust path and on the pure-Python twin, FileStore,
 and PostgreSQLStore / MongoDBStore (``memlane.database_store``) when a server is reachable:
@@ -39,6 +40,7 @@ from benches.harness import (
     fill_rows,
     find,
     fmt_ratio,
+    fmt_time,
     implementation,
     interleave,
     judge,
@@ -408,6 +410,18 @@ def run(cfg: Config, log: Callable[[str], None]) -> WorkloadResult:
             at_least=True,
             rows=[rs, ps],
         )
+        load = case_name("load", LARGE)
+        rl, pl = find(result.rows, load, RUST_SQL), find(result.rows, load, PY_SQL)
+        judge(
+            result,
+            "SQLiteStore (Rust): store.load of a whole 10,000-entry namespace ≤ 20 ms",
+            rl.median_s if rl and rl.median_s else None,
+            0.020,
+            at_least=False,
+            fmt=fmt_time,
+            rows=[rl],
+            detail=f"twin {fmt_time(pl.median_s)}" if pl and pl.median_s else "",
+        )
         result.notes.append(_durability(benches))
         result.notes += [f"Server — {d}." for d in servers.described]
         for r in result.rows:
@@ -472,6 +486,8 @@ def _profile_misses(
             continue
         if target.text.startswith("SQLiteStore: Rust"):
             jobs = [(RUST_SQL, "mix", LARGE), (PY_SQL, "mix", LARGE)]
+        elif target.text.startswith("SQLiteStore (Rust): store.load"):
+            jobs = [(RUST_SQL, "load", LARGE), (PY_SQL, "load", LARGE)]
         else:
             name = target.text.split(":")[0]
             found = re.search(r"get ([\d.]+)x, set ([\d.]+)x", target.detail)
