@@ -82,6 +82,27 @@ def test_memories_and_a_string_turn_load_no_pydantic_ai() -> None:
     assert not any(loaded.values()), loaded
 
 
+def test_cli_help_loads_no_pydantic_ai() -> None:
+    loaded = loaded_after(
+        """
+        import contextlib, io, runpy, sys
+        sys.argv = ["memlane", "--help"]
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):
+            runpy.run_module("memlane", run_name="__main__")
+        """
+    )
+    # The command opens stores, so it may load their modules; not the agents' stack.
+    agents = ["pydantic_ai", "httpx", "simpleeval", "memlane.strategies", "memlane.agents"]
+    assert not any(loaded[name] for name in agents), loaded
+
+
+def test_cli_names_the_demo_database_without_importing_the_demo() -> None:
+    from memlane import demo
+    from memlane.cli import demo as cli_demo
+
+    assert cli_demo.DEFAULT_DB == demo.DEFAULT_DEMO_DB
+
+
 def test_reading_the_messages_builds_them() -> None:
     done = subprocess.run(
         [

@@ -5,9 +5,12 @@ from __future__ import annotations
 import argparse
 
 from memlane.cli.output import CliError, Output
-from memlane.demo import DEFAULT_DEMO_DB, DemoError, run_demo
 
 __all__ = ["register"]
+
+DEFAULT_DB = ".memlane/memory.sqlite3"
+"""``memlane.demo.DEFAULT_DEMO_DB``, named without importing the demo: it loads pydantic-ai
+and the agents, which only ``memlane demo`` needs (a test holds the two equal)."""
 
 
 def _positive(text: str) -> int:
@@ -23,6 +26,8 @@ def _positive(text: str) -> int:
 def run(args: argparse.Namespace, out: Output) -> int:
     """Runs the demo conversation."""
     del out  # the demo prints its own turn-by-turn story
+    from memlane.demo import DemoError, run_demo
+
     try:
         return run_demo(db=args.db, model=args.model, resume=args.resume, turns=args.turns)
     except DemoError as exc:
@@ -43,7 +48,7 @@ def register(
             "the conversation in a new process. Offline by default (a scripted model)."
         ),
     )
-    demo.add_argument("--db", default=DEFAULT_DEMO_DB, help="SQLite file (default: %(default)s)")
+    demo.add_argument("--db", default=DEFAULT_DB, help="SQLite file (default: %(default)s)")
     demo.add_argument(
         "--model",
         help="a pydantic-ai model string, e.g. openai:gpt-4o-mini (needs memlane[llm] and its API key)",
