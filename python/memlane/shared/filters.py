@@ -77,6 +77,9 @@ class HistoryFilter(ABC):
     def select(self, feed: Feed, messages: list[Message], role: Role) -> tuple[list[Message], bool]:
         """Of the newest messages of one feed (oldest first), those the view shows.
 
+        The messages are read only: they may be the ones a message store keeps for its next
+        reads (the view copies those it returns).
+
         Args:
             feed: Which feed ``messages`` come from.
             messages: Its newest messages, possibly not all of them.
