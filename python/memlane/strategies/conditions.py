@@ -361,10 +361,7 @@ class CompiledCondition:
         Raises:
             ConditionError: The expression fails on these values (it names them).
         """
-        key = tuple(
-            getattr(message if of_message else interaction, name)
-            for of_message, name in self._fields
-        )
+        key = tuple([getattr(message if m else interaction, name) for m, name in self._fields])
         known = self._results.get(key)
         if known is not None:
             return known
@@ -376,10 +373,12 @@ class CompiledCondition:
                 result = None
         if result is None:
             result = self._evaluate(interaction, message)
-        if all(not isinstance(v, str) or len(v) <= _KEY_CHARS_MAX for v in key):
-            if len(self._results) >= _RESULTS_MAX:
-                self._results.clear()
-            self._results[key] = result
+        for value in key:
+            if isinstance(value, str) and len(value) > _KEY_CHARS_MAX:
+                return result
+        if len(self._results) >= _RESULTS_MAX:
+            self._results.clear()
+        self._results[key] = result
         return result
 
     def _evaluate(self, interaction: InteractionView, message: MessageView | None) -> bool:

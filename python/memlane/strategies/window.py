@@ -76,6 +76,12 @@ class MaxTokensWindow:
             interaction = filter_interaction(
                 interaction, age, self._conditions, self._reads, self._count
             )
+        if not isinstance(interaction.messages, list):
+            # A lazy sequence (the stored turn, decoded when read) is read on every turn the
+            # interaction stays in the window: a list is flattened into the history at once.
+            interaction = Interaction(
+                list(interaction.messages), interaction.index, interaction.tokens
+            )
         entry = sendable(interaction, self._count)
         kept = entry.interaction
         return entry, kept.token_count(self._count), bool(kept.messages)
