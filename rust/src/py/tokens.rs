@@ -62,10 +62,17 @@ impl Encoder {
         })
     }
 
-    /// Token counts of a batch, in order, spread over the cores with the GIL released.
+    /// Token counts of a batch, in order, spread over the cores with the GIL released; a
+    /// batch of at most `DETACH_BYTES` in all (a turn's messages) is counted with the GIL
+    /// held, as `count` does: releasing it costs more than the counting.
     fn count_many(&self, py: Python<'_>, texts: Vec<Bound<'_, PyString>>) -> PyResult<Vec<usize>> {
         let copies = texts.iter().map(utf8).collect::<PyResult<Vec<_>>>()?;
         let refs: Vec<&str> = copies.iter().map(as_str).collect();
-        Ok(py.detach(|| self.mode.count_many(&refs)))
+        let total: usize = refs.iter().map(|t| t.len()).sum();
+        Ok(if total > DETACH_BYTES {
+            py.detach(|| self.mode.count_many(&refs))
+        } else {
+            self.mode.count_many(&refs)
+        })
     }
 }
