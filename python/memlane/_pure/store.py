@@ -354,11 +354,14 @@ _ENTRY_FIELDS = (
 
 def build_entry(row: Row, kit: EntryKit) -> Any | None:
     """The entry of a row memlane wrote, built as ``model_construct`` builds it (no
-    validation); ``None`` for a row left to ``row_to_entry`` (JSON that is not plain
-    ``json.dumps`` output, an unknown scope, a date ``fromisoformat`` refuses, a version that
-    is not a non-negative int), which decodes it alike or raises the precise error.
+    validation); ``None`` for a row left to ``row_to_entry`` (JSON ``json.loads`` refuses, an
+    unknown scope, a date ``fromisoformat`` refuses, a version that is not a non-negative
+    int), which raises the precise error.
 
-    Twin of the Rust builder (``rust/src/py/entries.rs``).
+    Twin of the Rust builder (``rust/src/py/entries.rs``), which leaves more rows to
+    ``row_to_entry`` (``NaN``, integers beyond 64 bits, lone surrogates): either way the entry
+    is the one ``row_to_entry`` makes. ``json.loads`` keeps its shared decoder (a
+    ``parse_constant`` would build a decoder per call).
     """
     cls, scopes, from_iso, from_timestamp, utc = kit
     entry_id, scope, key, content, metadata, created_at, expires_at, importance, version = row
@@ -370,8 +373,8 @@ def build_entry(row: Row, kit: EntryKit) -> Any | None:
             "entry_id": entry_id,
             "scope": member,
             "key": key,
-            "content": json.loads(content, parse_constant=_refuse),
-            "metadata": json.loads(metadata, parse_constant=_refuse),
+            "content": json.loads(content),
+            "metadata": json.loads(metadata),
             "created_at": from_iso(created_at),
             "expires_at": None if expires_at is None else from_timestamp(expires_at, utc),
             "importance": float(importance),
@@ -385,11 +388,6 @@ def build_entry(row: Row, kit: EntryKit) -> Any | None:
     object.__setattr__(entry, "__pydantic_extra__", None)
     object.__setattr__(entry, "__pydantic_private__", None)
     return entry
-
-
-def _refuse(name: str) -> Any:
-    """``NaN`` and the infinities are not what ``json.dumps`` writes for memlane."""
-    raise ValueError(name)
 
 
 def build_entries(rows: list[Row], kit: EntryKit) -> tuple[list[Any], list[int]]:
