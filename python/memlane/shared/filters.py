@@ -34,6 +34,7 @@ __all__ = [
 ]
 
 Message = dict[str, Any]
+_RESULTS = frozenset((FINAL, SYNTHESIS))
 Feed = Literal["conversation", "agents", "global"]
 
 
@@ -199,11 +200,9 @@ class ManagerHistoryFilter(HistoryFilter):
         """Own messages whole; subordinates' ``final`` and ``synthesis`` messages."""
         if feed != "agents":
             return messages, False
-        kept = [
-            m
-            for m in messages
-            if m.get("agent_key") == role.agent_key or m.get("type") in (FINAL, SYNTHESIS)
-        ]
+        # Locals: a long job's view runs this over every trace message it reads.
+        own, results = role.agent_key, _RESULTS
+        kept = [m for m in messages if m.get("type") in results or m.get("agent_key") == own]
         return kept, False
 
 

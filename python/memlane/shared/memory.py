@@ -252,6 +252,8 @@ class _ViewMemory(BaseMemory):
         def count(message: Message) -> int:
             return message_tokens(message, self.token_estimator)
 
+        each = selects_each_message(chosen)
+        selected: list[tuple[list[Message], list[Message], bool]] = [([], [], False)] * len(feeds)
         while True:
             reads = await asyncio.gather(
                 *(source.read(want) for source, want in zip(sources, wants, strict=True))
@@ -259,7 +261,22 @@ class _ViewMemory(BaseMemory):
             kept: list[list[Message]] = []
             more: list[int] = []  # feeds that may hold older messages the view could show
             for rank, (feed, read) in enumerate(zip(feeds, reads, strict=True)):
-                shown, closed = chosen.select(feed, read, role)
+                before, shown, closed = selected[rank]
+                older = len(read) - len(before)
+                if (
+                    each
+                    and before
+                    and older >= 0
+                    and read[older] is before[0]
+                    and (read[-1] is before[-1])
+                ):
+                    # The wider read ends with the last one (the same kept objects): only its
+                    # older part is new to a filter that keeps each message by itself.
+                    new, new_closed = chosen.select(feed, read[:older], role)
+                    shown, closed = new + shown, closed or new_closed
+                else:
+                    shown, closed = chosen.select(feed, read, role)
+                selected[rank] = (read, shown, closed)
                 kept.append(shown)
                 want = wants[rank]
                 if want is not None and len(read) >= want and not closed:

@@ -42,12 +42,22 @@ class Ordered:
                 break
             stamps[id(message)] = stamp
         self.timed = timed
-        rows = [
-            (self._key(message, rank, pos, stamps), message)
-            for rank, feed in enumerate(feeds)
-            for pos, message in enumerate(feed)
-        ]
-        rows.sort(key=lambda row: row[0])
+        # Keys built inline (a view orders every message it keeps, on every round): unique,
+        # as (rank, pos) is, so sorting the (key, message) pairs never compares messages.
+        rows: list[tuple[SortKey, Message]]
+        if timed:
+            rows = [
+                ((stamps[id(message)], rank, pos), message)
+                for rank, feed in enumerate(feeds)
+                for pos, message in enumerate(feed)
+            ]
+        else:
+            rows = [
+                ((rank, pos), message)
+                for rank, feed in enumerate(feeds)
+                for pos, message in enumerate(feed)
+            ]
+        rows.sort(key=_first)
         self.keys = [key for key, _ in rows]
         self.messages = [message for _, message in rows]
         self._stamps = stamps
@@ -60,6 +70,10 @@ class Ordered:
     def place(self, message: Message, rank: int, pos: int) -> int:
         """How many messages sort before ``message``, at ``pos`` of feed ``rank``."""
         return bisect.bisect_left(self.keys, self._key(message, rank, pos, self._stamps))
+
+
+def _first(row: tuple[SortKey, Message]) -> SortKey:
+    return row[0]
 
 
 def order_feeds(feeds: Sequence[Sequence[Message]]) -> list[Message]:
