@@ -51,7 +51,7 @@ from benches.harness import (
     fill_rows,
     find,
     fmt_ratio,
-    interleave,
+    fmt_time,
     judge,
 )
 
@@ -214,27 +214,27 @@ def run(cfg: Config, log: Callable[[str], None]) -> WorkloadResult:
             except Exception as exc:  # noqa: BLE001 - one broken store must not hide the others
                 unavailable[name] = f"error: {type(exc).__name__}: {exc}"
         for op in OPS:
+            log(f"  {LABELS[op]}, {sizes[0]:,} and {sizes[1]:,} messages")
+
+            def rep_fn(name: str, n: int, op: str = op) -> Callable[[], float]:
+                def rep() -> float:
+                    one = jobs[name, n].view(op)
+                    loop.run_until_complete(one())  # warm: the memory has read the job
+                    gc.collect()
+                    start = time.perf_counter()
+                    for _ in range(calls):
+                        loop.run_until_complete(one())
+                    return (time.perf_counter() - start) / calls
+
+                return rep
+
+            samples, failed = _paired(
+                cfg.reps, sizes, {nm: rep_fn for nm in STORES if nm not in unavailable}, log
+            )
+            failed.update(unavailable)
             for n in sizes:
-                case = case_name(op, n)
-                log(f"  {case}")
-
-                def rep_fn(name: str, op: str = op, n: int = n) -> Callable[[int], float]:
-                    def rep(r: int) -> float:
-                        if name in unavailable:
-                            raise Unavailable(unavailable[name].removeprefix("unavailable: "))
-                        one = jobs[name, n].view(op)
-                        loop.run_until_complete(one())  # warm: the memory has read the job
-                        gc.collect()
-                        start = time.perf_counter()
-                        for _ in range(calls):
-                            loop.run_until_complete(one())
-                        return (time.perf_counter() - start) / calls
-
-                    return rep
-
-                samples, failed = interleave(cfg.reps, [(nm, rep_fn(nm)) for nm in STORES], log=log)
-                failed.update(unavailable)
-                fill_rows(result.rows, samples, failed, case, "call", RUST_MEM)
+                by_store = {nm: samples.get((nm, n), []) for nm in STORES}
+                fill_rows(result.rows, by_store, failed, case_name(op, n), "call", RUST_MEM)
         _checks(result, jobs, sizes, loop)
         _ratios(result, sizes)
     finally:
@@ -251,6 +251,38 @@ def run(cfg: Config, log: Callable[[str], None]) -> WorkloadResult:
         "100-message time for the same store and view."
     )
     return result
+
+
+def _paired(
+    reps: int,
+    sizes: tuple[int, int],
+    reps_of: dict[str, Callable[[str, int], Callable[[], float]]],
+    log: Callable[[str], None],
+) -> tuple[dict[tuple[str, int], list[float]], dict[str, str]]:
+    """Times each store at both sizes back to back in every repetition (the stores in a
+    rotating order, the sizes alternating), so a load that comes and goes on a shared
+    machine weighs on both sides of a store's ratio alike."""
+    samples: dict[tuple[str, int], list[float]] = {}
+    failed: dict[str, str] = {}
+    names = list(reps_of)
+    for r in range(reps):
+        shift = r % len(names) if names else 0
+        for name in names[shift:] + names[:shift]:
+            if name in failed:
+                continue
+            for n in sizes if r % 2 == 0 else sizes[::-1]:
+                try:
+                    samples.setdefault((name, n), []).append(reps_of[name](name, n)())
+                except Exception as exc:  # noqa: BLE001 - one broken store must not hide the others
+                    failed[name] = f"error: {type(exc).__name__}: {exc}"
+                    break
+        done = ", ".join(
+            f"{name} {'/'.join(fmt_time(samples[name, n][-1]) for n in sizes)}"
+            for name in names
+            if name not in failed and all(len(samples.get((name, n), [])) > r for n in sizes)
+        )
+        log(f"    rep {r + 1}/{reps}: {done}")
+    return samples, failed
 
 
 def _checks(
