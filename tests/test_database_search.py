@@ -514,8 +514,47 @@ class TestPostgreSQLIndexes:
         assert "gin (search_vector)" in indexes["memory_entries_search"]
         assert "gin (search_words" in indexes["memory_entries_search_trgm"]
         assert "gin_trgm_ops" in indexes["memory_entries_search_trgm"]
-        assert mark == "memlane schema 4"
+        # No pending list: every search would read the rows written since the last vacuum.
+        assert "fastupdate=off" in indexes["memory_entries_search"].replace(" ", "")
+        assert "fastupdate=off" in indexes["memory_entries_search_trgm"].replace(" ", "")
+        assert mark == "memlane schema 5"
         assert "und-x-icu" in body  # the test server has ICU: Unicode letters split right
+
+    async def test_schema_4_indexes_lose_their_pending_list(
+        self, pg: PostgreSQLStore, postgres_server: Server
+    ) -> None:
+        s = f'"{pg.schema_name}"'
+        con = await asyncpg.connect(postgres_server.url)
+        try:
+            await con.execute(
+                f"""
+                ALTER INDEX {s}.memory_entries_search SET (fastupdate = on);
+                ALTER INDEX {s}.memory_entries_search_trgm SET (fastupdate = on);
+                COMMENT ON TABLE {s}.memory_entries IS 'memlane schema 4';
+                """
+            )
+            again = await initialized(
+                PostgreSQLStore(postgres_server.url, schema_name=pg.schema_name, pool_min_size=1)
+            )
+            await again.async_close()
+            options = dict(
+                await con.fetch(
+                    "SELECT c.relname, array_to_string(c.reloptions, ',') FROM pg_class c "
+                    "JOIN pg_namespace n ON n.oid = c.relnamespace "
+                    "WHERE n.nspname = $1 AND c.relname LIKE 'memory_entries_search%'",
+                    pg.schema_name,
+                )
+            )
+            mark = await con.fetchval(
+                f"SELECT obj_description('{s}.memory_entries'::regclass, 'pg_class')"
+            )
+        finally:
+            await con.close()
+        assert options == {
+            "memory_entries_search": "fastupdate=off",
+            "memory_entries_search_trgm": "fastupdate=off",
+        }
+        assert mark == "memlane schema 5"
 
     async def test_a_selective_search_uses_the_indexes(
         self, pg: PostgreSQLStore, postgres_server: Server

@@ -13,7 +13,10 @@ function, an older release still running) indexes it in the same statement:
 
 A GIN index on ``search_vector`` finds the rows holding a word; a GIN trigram index on
 ``search_words`` (``pg_trgm``, where the extension can be had) finds rows holding a word
-close to a query term that no row holds (a typo, a prefix).
+close to a query term that no row holds (a typo, a prefix). Both are built without GIN's
+pending list (``fastupdate = off``): with it, rows written since the last vacuum sit in an
+unindexed list that every search reads whole, so a search after a burst of writes costs
+what a scan of that burst does (38 ms instead of 13 ms over 20,000 fresh facts).
 
 Ranking is BM25 computed in the query. ``ts_rank`` has no inverse document frequency, so
 each query word's document frequency is counted from the GIN index within the searched
@@ -108,7 +111,10 @@ ALTER TABLE {t}
     ADD COLUMN IF NOT EXISTS search_vector TSVECTOR
         GENERATED ALWAYS AS (to_tsvector('simple'::regconfig, {s}.search_words({searchable})))
         STORED;
-CREATE INDEX IF NOT EXISTS memory_entries_search ON {t} USING gin (search_vector);
+CREATE INDEX IF NOT EXISTS memory_entries_search ON {t} USING gin (search_vector)
+    WITH (fastupdate = off);
+ALTER INDEX {s}.memory_entries_search SET (fastupdate = off);
+ALTER INDEX IF EXISTS {s}.{TRIGRAM_INDEX} SET (fastupdate = off);
 """
 
 
@@ -116,7 +122,7 @@ def trigram_index_ddl(t: str, trigram: str) -> str:
     """The trigram index on ``search_words``, with pg_trgm's operator class from its schema."""
     return (
         f"CREATE INDEX IF NOT EXISTS {TRIGRAM_INDEX} ON {t} "
-        f"USING gin (search_words {trigram}.gin_trgm_ops)"
+        f"USING gin (search_words {trigram}.gin_trgm_ops) WITH (fastupdate = off)"
     )
 
 
@@ -190,6 +196,7 @@ WITH words AS (
               FROM unnest((SELECT words FROM unknown)) AS u(word)) AS score
       FROM {t} m
      WHERE (SELECT count(*) FROM ranked) < $5
+       AND (SELECT words FROM unknown) IS NOT NULL
        AND m.search_words OPERATOR({trigram}.%>) ANY ((SELECT words FROM unknown)::text[])
        AND {scope} AND m.importance >= $4
        AND m.entry_id NOT IN (SELECT entry_id FROM ranked)

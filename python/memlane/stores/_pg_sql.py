@@ -297,7 +297,7 @@ $body$;
 """
         # Bump when the DDL changes (here or in _pg_search): a table marked with this version
         # needs nothing. 4: the search columns and indexes.
-        self.version = "memlane schema 4"
+        self.version = "memlane schema 5"
         self.mark = f"COMMENT ON TABLE {t} IS '{self.version}'"
         self.state = _pg_search.state_query(s, t)
         self.search_ddl = functools.partial(_pg_search.search_ddl, s, t)
