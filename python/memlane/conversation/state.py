@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from memlane import _backend
 from memlane._pure.budget import BudgetLedger
 from memlane.errors import CorruptStoreError
-from memlane.messages import default_messages, pack_messages, summary_message, unpack_messages
+from memlane.messages import default_messages, freeze_messages, summary_message, unpack_messages
 from memlane.types import ConversationTurn, MemoryEntry, MemoryScope, new_turn, utc_now
 
 if TYPE_CHECKING:
@@ -59,11 +59,16 @@ def log_seq(key: str) -> int:
 Record = tuple[int, str, str, int, datetime, "dict[str, Any] | None", Any]
 """A retained turn, compactly: turn_id, user_prompt, assistant_response, token_estimate,
 timestamp, metadata (``None`` when empty) and its messages: ``None`` when they are the two
-built from the strings, else their JSON (or, if they cannot be serialised, the list itself).
+built from the strings; the live list the turn was given while it is in the history; once it
+has left, that list frozen (:func:`~memlane.messages.freeze_messages`; the list itself if it
+cannot be); the JSON of a turn read back from the store.
 
 Only the turns inside the budget window keep live message objects. Everything older is a
 tuple of strings and numbers, which Python's cyclic garbage collector stops tracking, so a
-100,000-turn conversation does not make every collection walk millions of objects.
+100,000-turn conversation does not make every collection walk millions of objects. A turn is
+frozen when it leaves the window, not when it is added: nothing reads the frozen form before,
+and a turn still in the history costs no serialisation at all. (A persistent store's entry is
+the turn's JSON, made once, by :func:`turn_entry`.)
 """
 
 
@@ -170,12 +175,22 @@ class ConversationState:
         start = self.ledger.window_start
         window = self.window
         while self.window_from < start and window:
-            window.popleft()
+            messages = window.popleft()
+            if messages is not None:
+                self._freeze(self.window_from - self.ledger.offset, messages)
             self.window_from += 1
         self.window_from = max(self.window_from, start)
         while self.window_from > start:  # the window grew back (a smaller summary)
             self.window_from -= 1
             window.appendleft(None)
+
+    def _freeze(self, index: int, messages: list[ModelMessage]) -> None:
+        """Freezes the messages of the retained turn at ``index`` as they leave the window, if
+        its record holds them live (a turn given as strings or read from the store does not)."""
+        records = self.records
+        if 0 <= index < len(records) and records[index][6] is messages:
+            record = records[index]
+            records[index] = (*record[:6], freeze_messages(messages))
 
     def append_record(
         self, record: Record, entry_id: str, messages: list[ModelMessage] | None
@@ -188,7 +203,14 @@ class ConversationState:
         self._sync_window()
 
     def append(self, turn: ConversationTurn, entry_id: str, *, default_messages: bool) -> None:
-        """Adds the newest turn."""
+        """Adds the newest turn.
+
+        Its messages are kept as the live objects it was given (the list the turn holds, which
+        is already memlane's own copy): nothing is serialised while the turn is in the history,
+        and it is frozen when it leaves (see :data:`Record`).
+        """
+        # Those of a turn given as strings only if something has built them already.
+        messages = turn.__dict__.get("raw_messages")
         record: Record = (
             turn.turn_id,
             turn.user_prompt,
@@ -196,10 +218,9 @@ class ConversationState:
             turn.token_estimate,
             turn.timestamp,
             turn.metadata or None,
-            None if default_messages else pack_messages(turn.raw_messages),
+            None if default_messages else messages,
         )
-        # Those of a turn given as strings only if something has built them already.
-        self.append_record(record, entry_id, turn.__dict__.get("raw_messages"))
+        self.append_record(record, entry_id, messages)
 
     def evict(self, count: int) -> list[str]:
         """Drops the ``count`` oldest turns; returns their store entry ids."""

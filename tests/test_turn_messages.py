@@ -1,0 +1,221 @@
+"""A turn's pydantic-ai messages: kept live while in the history, serialised only when needed.
+
+On an in-memory store nothing serialises a turn's messages while it is in the history, and a
+turn leaving it is frozen once; on a persistent store its JSON is made once, for the entry.
+What callers see is unchanged: histories and turns equal the messages given, and a caller's
+later changes to its own list do not reach them. Operation counts, never wall-clock time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelMessagesTypeAdapter,
+    ModelRequest,
+    ModelResponse,
+    TextPart,
+    ToolCallPart,
+    UserPromptPart,
+)
+from pydantic_ai.usage import RequestUsage
+
+from memlane import ConversationMemory, InMemoryStore, SQLiteStore, TokenEstimator
+from memlane import messages as messages_mod
+from memlane import types as types_mod
+from memlane.conversation import state as state_mod
+from memlane.conversation.state import ConversationState, new_ledger
+
+pytestmark = pytest.mark.usefixtures("impl")
+
+AT = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+
+
+def turn_messages(i: int, words: int = 20) -> list[ModelMessage]:
+    """A turn as an agent run returns it: usage, model and provider names included."""
+    prompt = f"question {i} " + "word " * words
+    return [
+        ModelRequest(parts=[UserPromptPart(content=prompt, timestamp=AT)]),
+        ModelResponse(
+            parts=[TextPart(content=f"answer {i} " + "word " * words)],
+            usage=RequestUsage(input_tokens=100 + i, output_tokens=20),
+            model_name="gpt-4o-2024-08-06",
+            provider_name="openai",
+            timestamp=AT,
+        ),
+    ]
+
+
+def texts(messages: list[ModelMessage]) -> tuple[str, str]:
+    prompt, response = messages[0].parts[0], messages[1].parts[0]
+    assert isinstance(prompt, UserPromptPart)
+    assert isinstance(prompt.content, str)
+    assert isinstance(response, TextPart)
+    return prompt.content, response.content
+
+
+@pytest.fixture
+def calls(monkeypatch: pytest.MonkeyPatch) -> Iterator[Counter[str]]:
+    """Counts every serialisation of messages memlane can make."""
+    counts: Counter[str] = Counter()
+
+    def counting(name: str, fn: Any) -> Any:
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            counts[name] += 1
+            return fn(*args, **kwargs)
+
+        return wrapper
+
+    # pydantic-ai's adapter (what packed every turn before) and the turn model's own serialiser
+    # of raw_messages (what a persistent store's entry is made with).
+    monkeypatch.setattr(
+        ModelMessagesTypeAdapter,
+        "dump_json",
+        counting("dump_json", ModelMessagesTypeAdapter.dump_json),
+    )
+    monkeypatch.setattr(
+        types_mod, "_serialize_messages", counting("json", types_mod._serialize_messages)
+    )
+    types_mod.ConversationTurn.model_rebuild(force=True)  # the serialiser is looked up on build
+    monkeypatch.setattr(
+        state_mod, "freeze_messages", counting("freeze", messages_mod.freeze_messages)
+    )
+    yield counts
+    monkeypatch.undo()
+    types_mod.ConversationTurn.model_rebuild(force=True)
+
+
+def in_memory(max_tokens: int = 4000) -> ConversationMemory:
+    return ConversationMemory(
+        max_tokens=max_tokens, estimator=TokenEstimator(mode="heuristic"), store=InMemoryStore()
+    )
+
+
+def test_in_memory_turns_in_the_history_are_never_serialised(calls: Counter[str]) -> None:
+    memory = in_memory()
+    cid = memory.new_conversation()
+    given = [turn_messages(i) for i in range(5)]
+    for messages in given:
+        memory.add_turn(cid, *texts(messages), messages)
+        memory.get_message_history(cid)
+    assert memory.get_message_history(cid) == [m for turn in given for m in turn]
+    assert [t.raw_messages for t in memory.get_turns(cid)] == given
+    assert calls == Counter()
+
+
+def test_in_memory_turn_is_frozen_once_when_it_leaves_the_history(calls: Counter[str]) -> None:
+    memory = in_memory(max_tokens=200)  # about three turns fit
+    cid = memory.new_conversation()
+    given = [turn_messages(i) for i in range(30)]
+    for messages in given:
+        memory.add_turn(cid, *texts(messages), messages)
+        memory.get_message_history(cid)
+    state = memory._states[cid]
+    left = state.first_in_history
+    assert 20 < left < 30
+    assert calls == Counter(freeze=left)  # no JSON at all
+    # Frozen turns read back equal, as new objects; those in the history are the live ones.
+    turns = memory.get_turns(cid)
+    assert [t.raw_messages for t in turns] == given
+    assert all(t.raw_messages[1] is not given[i][1] for i, t in enumerate(turns[:left]))
+    history = memory.get_message_history(cid)
+    assert history == [m for turn in given[left:] for m in turn]
+    assert calls == Counter(freeze=left)  # reading freezes nothing more
+
+
+def test_persistent_store_serialises_each_turn_once(tmp_path: Path, calls: Counter[str]) -> None:
+    memory = ConversationMemory(
+        max_tokens=200,
+        estimator=TokenEstimator(mode="heuristic"),
+        store=SQLiteStore(tmp_path / "m.db"),
+    )
+    cid = memory.new_conversation()
+    given = [turn_messages(i) for i in range(12)]
+    for messages in given:
+        memory.add_turn(cid, *texts(messages), messages)
+        memory.get_message_history(cid)
+    left = memory._states[cid].first_in_history
+    assert left > 0
+    assert calls == Counter(json=len(given), freeze=left)  # the entry's JSON, once per turn
+    memory.close()
+    # What the store holds reads back equal, in another memory.
+    again = ConversationMemory(max_tokens=200, store=SQLiteStore(tmp_path / "m.db"))
+    assert [t.raw_messages for t in again.get_turns(cid)] == given
+    again.close()
+
+
+def test_later_changes_to_the_callers_list_do_not_reach_memlane() -> None:
+    memory = in_memory(max_tokens=200)
+    cid = memory.new_conversation()
+    mine = turn_messages(0)
+    expected = list(mine)
+    memory.add_turn(cid, *texts(mine), mine)
+    mine.append(ModelRequest(parts=[UserPromptPart(content="added later", timestamp=AT)]))
+    mine.pop(0)
+    assert memory.get_message_history(cid) == expected
+    assert memory.get_turns(cid)[0].raw_messages == expected
+    for i in range(1, 20):  # the turn leaves the history and is frozen as it was given
+        memory.add_turn(cid, *texts(turn_messages(i)), turn_messages(i))
+    assert memory._states[cid].first_in_history > 0
+    assert memory.get_turns(cid)[0].raw_messages == expected
+
+
+def test_messages_that_cannot_be_pickled_stay_live() -> None:
+    @dataclasses.dataclass
+    class Local:  # pickle cannot name a class defined in a function; JSON serialises it
+        x: int
+
+    memory = in_memory(max_tokens=200)
+    cid = memory.new_conversation()
+    odd: list[ModelMessage] = [
+        ModelRequest(parts=[UserPromptPart(content="call it", timestamp=AT)]),
+        ModelResponse(
+            parts=[ToolCallPart(tool_name="f", args={"p": Local(1)}, tool_call_id="c")],
+            timestamp=AT,
+        ),
+    ]
+    memory.add_turn(cid, "call it", "", odd)
+    for i in range(20):
+        memory.add_turn(cid, *texts(turn_messages(i)), turn_messages(i))
+    state = memory._states[cid]
+    assert state.first_in_history > 0
+    assert state.records[0][6] == odd  # still the live list
+    assert memory.get_turns(cid)[0].raw_messages == odd
+
+
+def test_frozen_turns_come_back_when_the_window_grows() -> None:
+    state = ConversationState(new_ledger(1000))
+    memory = in_memory()
+    cid = memory.new_conversation()
+    given = [turn_messages(i) for i in range(6)]
+    for messages in given:
+        turn = memory.add_turn(cid, *texts(messages), messages)
+        state.append(turn, "", default_messages=False)
+    assert state.history() == [m for turn in given for m in turn]
+    state.set_summary("s", 900, AT)  # a large summary pushes turns out: they are frozen
+    assert state.window_from > 0
+    assert all(isinstance(record[6], tuple) for record in list(state.records)[: state.window_from])
+    state.set_summary("s", 1, AT)  # a small one lets them back in, decoded from the frozen form
+    assert state.window_from == 0
+    history = state.history()
+    assert history[1:] == [m for turn in given for m in turn]
+    assert [state.messages(i) for i in range(len(given))] == given
+
+
+def test_freeze_round_trips_exact_objects() -> None:
+    messages = turn_messages(3)
+    frozen = messages_mod.freeze_messages(messages)
+    assert isinstance(frozen, tuple)
+    back = messages_mod.unpack_messages(frozen)
+    assert back == messages
+    assert back[0] is not messages[0]
+    # JSON payloads (a turn read from the store) still decode.
+    assert messages_mod.unpack_messages(ModelMessagesTypeAdapter.dump_json(messages)) == messages
+    assert messages_mod.unpack_messages(messages) == messages
