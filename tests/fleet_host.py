@@ -229,6 +229,12 @@ def _host(cfg: dict[str, Any]) -> None:
             _say(state="ok", turn_ids=ids)
         elif op == "view":
             _say(state="ok", **view(memory, cid))
+        elif op == "clear":
+            if command.get("use_async"):
+                asyncio.run(memory.async_clear(cid))
+            else:
+                memory.clear(cid)
+            _say(state="ok", conversation_ids=memory.conversation_ids)
         else:
             raise ValueError(f"unknown op {op!r}")
     manager.close()

@@ -32,6 +32,7 @@ from db_servers import Server
 from fleet_host import KINDS, PROMPT, concat_summarizer, make_store, prompt, view
 from memlane import ConversationMemory, MemoryManager, SQLiteStore, _backend
 from memlane.messages import SUMMARY_PREFIX, message_texts
+from memlane.stores.protocol import ConditionalStore
 from memlane.tokens import TokenEstimator
 from test_multiprocess import STEP_TIMEOUT, Worker
 
@@ -312,6 +313,145 @@ class TestIdleConversationsExpireAcrossProcesses:
             assert shown["turn_ids"] == [0]
             for child in (a, b):
                 child.exit()
+
+
+# ============================================================================ clear
+
+
+class TestClearSeenByEveryHost:
+    """A conversation one host clears is gone for every host that cached it, and what any
+    host adds afterwards is a new conversation numbered from 0, seen whole by all."""
+
+    def test_two_instances(self, place: dict[str, Any], impl: _backend.Implementation) -> None:
+        cid = uuid.uuid4().hex
+        with hosts(place, 2) as (a, b):
+            for i in range(4):
+                a.add_turn(cid, f"old {i}", f"answer {i}")
+            assert len(b.conversation.get_turns(cid)) == 4  # b has it cached
+            a.conversation.clear(cid)
+            for host in (a, b):
+                assert view(host.conversation, cid)["prompts"] == []
+                assert host.conversation.get_message_history(cid) == []
+                assert cid not in host.conversation.conversation_ids
+            # Fewer new turns than b cached: b must not mistake them for turns it has.
+            assert b.add_turn(cid, "new 0", "answer").turn_id == 0
+            assert a.add_turn(cid, "new 1", "answer").turn_id == 1
+            with fresh_memory(place) as reader:
+                expected = view(reader, cid)
+            assert expected["prompts"] == ["new 0", "new 1"]
+            assert expected["turn_ids"] == [0, 1]
+            assert view(a.conversation, cid) == view(b.conversation, cid) == expected
+            for host in (a, b):
+                assert cid in host.conversation.conversation_ids
+
+    def test_two_processes(self, place: dict[str, Any], impl: _backend.Implementation) -> None:
+        cid = uuid.uuid4().hex
+        cfg = {"max_tokens": 100_000}
+        with child_hosts(place, impl, cfg, cfg) as (a, b):
+            for i in range(5):
+                a.call("add", cid=cid, prompt=f"old {i}")
+            assert len(b.call("view", cid=cid)["prompts"]) == 5
+            assert cid not in a.call("clear", cid=cid, use_async=True)["conversation_ids"]
+            assert b.call("view", cid=cid)["prompts"] == []
+            assert b.call("add", cid=cid, prompt="new 0")["turn_id"] == 0
+            for i in range(1, 7):  # past the position b had cached
+                assert a.call("add", cid=cid, prompt=f"new {i}")["turn_id"] == i
+            shown = [child.call("view", cid=cid) for child in (a, b)]
+            for seen in shown:
+                del seen["state"]
+            with fresh_memory(place) as reader:
+                assert shown == [view(reader, cid)] * 2
+            assert shown[0]["prompts"] == [f"new {i}" for i in range(7)]
+            for child in (a, b):
+                child.exit()
+
+    def test_clear_leaves_only_its_event(
+        self, place: dict[str, Any], impl: _backend.Implementation
+    ) -> None:
+        cid = uuid.uuid4().hex
+        options = {"summarizer": concat_summarizer, "summarize_threshold": 40}
+        with hosts(place, 1, **options) as (a,):
+            for i in range(12):  # long enough to be summarised on the way
+                a.add_turn(cid, f"old {i}", f"answer {i}")
+            assert a.conversation.get_summary(cid) is not None
+            a.conversation.clear(cid)
+            stored = a.store.load(ConversationMemory.namespace(cid))
+            assert [e.metadata.get("kind") for e in stored] == ["clear"]
+            a.add_turn(cid, "new", "answer")
+            stored = a.store.load(ConversationMemory.namespace(cid))
+            assert sorted(str(e.metadata.get("kind")) for e in stored) == ["clear", "turn"]
+
+    def test_interrupted_clear_is_finished_by_the_next_reader(
+        self, place: dict[str, Any], impl: _backend.Implementation
+    ) -> None:
+        """A host that died after writing the clear event, before deleting: readers see no
+        conversation, and the next load deletes what the clear voided."""
+        from memlane.conversation.state import clear_entry
+
+        cid = uuid.uuid4().hex
+        ns = ConversationMemory.namespace(cid)
+        with hosts(place, 1) as (a,):
+            for i in range(3):
+                a.add_turn(cid, f"old {i}", f"answer {i}")
+            store = a.store
+            assert isinstance(store, ConditionalStore)
+            assert store.save_if(ns, clear_entry(3), None)
+            with fresh_memory(place) as reader:
+                assert view(reader, cid)["prompts"] == []
+                assert [e.metadata.get("kind") for e in a.store.load(ns)] == ["clear"]
+                assert reader.add_turn(cid, "new", "answer").turn_id == 0
+            assert view(a.conversation, cid)["prompts"] == ["new"]
+
+    def test_import_under_a_cleared_id(
+        self, place: dict[str, Any], impl: _backend.Implementation
+    ) -> None:
+        cid = uuid.uuid4().hex
+        with hosts(place, 2) as (a, b):
+            for i in range(3):
+                a.add_turn(cid, f"old {i}", f"answer {i}")
+            exported = a.conversation.export_conversation(cid)
+            a.add_turn(cid, "later", "answer")
+            assert len(b.conversation.get_turns(cid)) == 4
+            a.conversation.clear(cid)
+            assert a.conversation.import_conversation(exported) == cid
+            for host in (a, b):
+                assert view(host.conversation, cid)["prompts"] == ["old 0", "old 1", "old 2"]
+            with pytest.raises(ValueError, match="already exists"):
+                b.conversation.import_conversation(exported)
+
+
+class TestClearWithTtl:
+    """Expiry never removes the event of a clear younger than the ttl (a host's cache of the
+    cleared conversation may still be alive), and does not count it as an expired conversation."""
+
+    def test_cleanup_keeps_a_recent_clear(self, tmp_path: Path) -> None:
+        path = tmp_path / "ttl.sqlite3"
+        cid = uuid.uuid4().hex
+        ns = ConversationMemory.namespace(cid)
+        with SQLiteStore(path) as store_a, SQLiteStore(path) as store_b:
+            a = ConversationMemory(store=store_a, conversation_ttl=60.0)
+            b = ConversationMemory(store=store_b, conversation_ttl=60.0)
+            for i in range(3):
+                a.add_turn(cid, f"old {i}", "answer")
+            assert len(b.get_turns(cid)) == 3
+            a.clear(cid)
+            assert a.cleanup_expired() == 0
+            assert [e.metadata.get("kind") for e in store_a.load(ns)] == ["clear"]
+            assert b.get_turns(cid) == []
+            b.add_turn(cid, "new", "answer")
+            assert [t.user_prompt for t in a.get_turns(cid)] == ["new"]
+
+    def test_cleanup_removes_an_old_clear(self, tmp_path: Path) -> None:
+        path = tmp_path / "ttl.sqlite3"
+        cid = uuid.uuid4().hex
+        with SQLiteStore(path) as store:
+            memory = ConversationMemory(store=store, conversation_ttl=0.5)
+            memory.add_turn(cid, "old", "answer")
+            memory.clear(cid)
+            time.sleep(0.7)
+            assert memory.cleanup_expired() == 0
+            assert store.load(ConversationMemory.namespace(cid)) == []
+            assert memory.get_turns(cid) == []
 
 
 # ============================================================================ crash in a summary

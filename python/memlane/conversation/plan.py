@@ -31,11 +31,14 @@ from memlane._validate import check_identifier
 from memlane.conversation.snapshot import ParsedSnapshot
 from memlane.conversation.state import (
     INDEX_NAMESPACE,
+    LOG_PREFIX,
     LOG_STOP,
     TRANSCRIPT_PREFIX,
     TRANSCRIPT_STOP,
     ConversationState,
     apply_event,
+    clear_entry,
+    cleared_at,
     index_entry,
     log_key,
     namespace,
@@ -198,7 +201,7 @@ class ConversationLogic:
         if state is None:
             return (yield from self._load_plan(cid, create=create))
         self._states.move_to_end(cid)
-        return (yield from self._catch_up_plan(cid, state))
+        return (yield from self._catch_up_plan(cid, state, create=create))
 
     def _still_alive_plan(
         self, cid: str, state: ConversationState
@@ -223,11 +226,33 @@ class ConversationLogic:
         yield from self._expire_plan(cid)
         return None
 
-    def _expire_plan(self, cid: str) -> Plan[None]:
-        """Removes a conversation idle past its ttl: turns, summary, transcript, index entry."""
-        yield from self._clear_plan(cid)
-        if self._persistent:  # an expired index entry is not loadable, but deletable by id
-            yield StoreCall("delete", (INDEX_NAMESPACE, index_entry(cid).entry_id))
+    def _expire_plan(self, cid: str) -> Plan[bool]:
+        """Removes a conversation idle past its ttl: turns, summary, transcript, index entry.
+
+        Returns whether there was a conversation to remove (not just what a clear left).
+        A conversation cleared less than a ttl ago keeps its clear event: a host that cached
+        it before the clear, and whose cache has not yet expired, learns of the clear only
+        from that event.
+        """
+        self._states.pop(cid, None)
+        if self.retain_transcript or self._persistent:
+            yield StoreCall("clear", (transcript_namespace(cid),))
+        if not self._persistent:
+            return True
+        entries: list[MemoryEntry] = yield StoreCall("load", (namespace(cid),))
+        if not self._recently_cleared(entries):
+            yield StoreCall("clear", (namespace(cid),))
+        # An expired index entry is not loadable, but deletable by id.
+        yield StoreCall("delete", (INDEX_NAMESPACE, index_entry(cid).entry_id))
+        return cleared_at(entries) is None
+
+    def _recently_cleared(self, entries: list[MemoryEntry]) -> bool:
+        """Whether ``entries`` hold a conversation cleared less than a ttl ago, nothing since."""
+        at = cleared_at(entries)
+        if at is None:
+            return False
+        ttl = self.conversation_ttl
+        return ttl is None or at.timestamp() + ttl > time.time()
 
     def _touch_plan(self, cid: str, state: ConversationState) -> Plan[None]:
         """Pushes the conversation's expiry a ttl past now (nothing without a ttl)."""
@@ -246,19 +271,21 @@ class ConversationLogic:
         """Loads a conversation from the store and caches it (created if asked)."""
         ns = namespace(cid)
         entries: list[MemoryEntry] = yield StoreCall("load", (ns,))
+        # Entries that end in a clear hold no conversation, but keep its log position.
+        holds = bool(entries) and cleared_at(entries) is None
         index: MemoryEntry | None = None
-        if self.conversation_ttl is not None or not entries:
+        if self.conversation_ttl is not None or not holds:
             index = yield StoreCall("load_by_key", (INDEX_NAMESPACE, cid))
-        if self.conversation_ttl is not None and entries and index is None:
+        if self.conversation_ttl is not None and holds and index is None:
             # Idle past its ttl (its index entry expired): what is left of it goes.
             yield from self._expire_plan(cid)
-            entries = []
-        known = bool(entries) or index is not None
-        if not known and not create:
-            return None
+            entries, holds = [], False
+        known = holds or index is not None
         state, leftovers = restore(entries, self.max_tokens)
         for entry_id in leftovers:
             yield StoreCall("delete", (ns, entry_id))
+        if not known and not create:
+            return None
         if index is not None:
             state.generation = _generation(index)
             if index.expires_at is not None:
@@ -269,18 +296,22 @@ class ConversationLogic:
         self._keep(cid, state)
         return state
 
-    def _catch_up_plan(self, cid: str, state: ConversationState) -> Plan[ConversationState]:
-        """``state`` with every event committed after it applied: one range read if none."""
+    def _catch_up_plan(
+        self, cid: str, state: ConversationState, *, create: bool
+    ) -> Plan[ConversationState | None]:
+        """``state`` with every event committed after it applied: one range read if none.
+
+        ``None`` when another host cleared the conversation and ``create`` is false.
+        """
         events: list[MemoryEntry] = yield StoreCall(
             "load_range", (namespace(cid), log_key(state.head), LOG_STOP)
         )
         for event in events:
             if not apply_event(state, event):
-                # This host missed events that a summary has since compacted away: what the
-                # store keeps is the conversation now.
-                reloaded = yield from self._load_plan(cid, create=True)
-                assert reloaded is not None
-                return reloaded
+                # This host missed events that a summary has since compacted away, or the
+                # conversation was cleared: what the store keeps is the conversation now.
+                self._states.pop(cid, None)
+                return (yield from self._load_plan(cid, create=create))
         return state
 
     def _read_plan(
@@ -325,7 +356,9 @@ class ConversationLogic:
                 if won:
                     break
                 # Another host took this slot: read what it wrote, then take the next one.
-                state = yield from self._catch_up_plan(cid, state)
+                caught_up = yield from self._catch_up_plan(cid, state, create=True)
+                assert caught_up is not None
+                state = caught_up
             state.head += 1
         else:
             turn = self._next_turn(state, new)
@@ -636,15 +669,38 @@ class ConversationLogic:
     # ------------------------------------------------------------------ forgetting
 
     def _clear_plan(self, cid: str) -> Plan[None]:
-        self._states.pop(cid, None)
-        if self.retain_transcript or self._persistent:
-            yield StoreCall("clear", (transcript_namespace(cid),))
+        """Forgets a conversation; on a shared store, for every host that cached it too.
+
+        A clear event is appended to the log (see :func:`clear_entry`) before anything is
+        deleted: hosts that cached the conversation find it with their next read and start
+        again from it, and turns other hosts add afterwards follow it in the log instead of
+        reusing positions a cache still holds. The index entry goes first, so a turn added
+        after the clear lists the conversation again.
+        """
         if not self._persistent:
+            self._states.pop(cid, None)
+            if self.retain_transcript:
+                yield StoreCall("clear", (transcript_namespace(cid),))
             return
-        yield StoreCall("clear", (namespace(cid),))
         index: MemoryEntry | None = yield StoreCall("load_by_key", (INDEX_NAMESPACE, cid))
         if index is not None:
             yield StoreCall("delete", (INDEX_NAMESPACE, index.entry_id))
+        state = yield from self._coherent_plan(cid, create=False)
+        ns = namespace(cid)
+        while state is not None:
+            clear = clear_entry(state.head)
+            if (yield StoreCall("save_if", (ns, clear, None))):
+                # Only what precedes the clear: a turn another host appends after it stays.
+                entries: list[MemoryEntry] = yield StoreCall("load", (ns,))
+                assert clear.key is not None
+                for entry in entries:
+                    key = entry.key or ""
+                    if not (key.startswith(LOG_PREFIX) and key >= clear.key):
+                        yield StoreCall("delete", (ns, entry.entry_id))
+                break
+            state = yield from self._catch_up_plan(cid, state, create=False)
+        self._states.pop(cid, None)
+        yield StoreCall("clear", (transcript_namespace(cid),))
 
     def _cleanup_plan(self) -> Plan[int]:
         """Expires every conversation idle past the ttl, each under its own lock."""
@@ -673,8 +729,7 @@ class ConversationLogic:
             if self._persistent:
                 index: MemoryEntry | None = yield StoreCall("load_by_key", (INDEX_NAMESPACE, cid))
                 if index is None:
-                    yield from self._expire_plan(cid)
-                    removed += 1
+                    removed += bool((yield from self._expire_plan(cid)))
                 elif state is not None and _generation(index) != state.generation:
                     self._states.pop(cid, None)  # a new life began elsewhere: read it afresh
             elif state is not None:
@@ -726,17 +781,18 @@ class ConversationLogic:
         state = yield from self._coherent_plan(cid, create=True)
         assert state is not None
         state.summarized_turns = snapshot.summarized_turns
+        head = state.head  # after a clear the log goes on from it
         events: list[MemoryEntry] = []
         if snapshot.summary is not None:
             at = snapshot.summary_created_at or state.summary_at
             text, tokens = self._fit_summary(snapshot.summary)
             state.set_summary(text, tokens, at)
-            events.append(summary_entry(text, tokens, snapshot.summarized_turns, at, 0))
+            events.append(summary_entry(text, tokens, snapshot.summarized_turns, at, head))
             state.summary_entry_id = events[0].entry_id
         ids = [uuid.uuid4().hex for _ in snapshot.turns]
         first = len(events)
         events.extend(
-            turn_entry(turn, entry_id, first + i)
+            turn_entry(turn, entry_id, head + first + i)
             for i, ((turn, _), entry_id) in enumerate(zip(snapshot.turns, ids, strict=True))
         )
         if self._persistent and events:
@@ -747,7 +803,7 @@ class ConversationLogic:
                 raise exists
             if len(events) > 1:
                 yield StoreCall("save_many", (namespace(cid), events[1:]))
-            state.head = len(events)
+            state.head = head + len(events)
         for (turn, given), entry_id in zip(snapshot.turns, ids, strict=True):
             state.append(turn, entry_id, default_messages=not given)
         yield from self._touch_plan(cid, state)

@@ -405,12 +405,52 @@ def _event_turn_id(entry: MemoryEntry) -> int:
         raise CorruptStoreError(f"corrupt turn entry {entry.entry_id!r}: {exc}") from exc
 
 
+def clear_entry(seq: int) -> MemoryEntry:
+    """The log event that clears a conversation at sequence number ``seq``.
+
+    Clearing writes an event rather than emptying the namespace: a host with the
+    conversation cached reads only the log after its own head, so it learns of a clear only
+    from an event there. Every event before it is void, and the turns after it number from 0.
+    """
+    return MemoryEntry.model_construct(
+        entry_id=uuid.uuid4().hex,
+        scope=MemoryScope.CONVERSATION,
+        key=log_key(seq),
+        content={},
+        metadata={"kind": "clear"},
+        created_at=utc_now(),
+        expires_at=None,
+        importance=0.5,
+        version=0,
+    )
+
+
+def cleared_at(entries: list[MemoryEntry]) -> datetime | None:
+    """When the conversation in ``entries`` was cleared, if a clear is its newest log event.
+
+    ``None`` when the conversation holds anything after its last clear (or was never
+    cleared): then it exists.
+    """
+    newest: MemoryEntry | None = None
+    newest_seq = -1
+    for entry in entries:
+        key = entry.key
+        if key is not None and key.startswith(LOG_PREFIX):
+            seq = log_seq(key)
+            if seq > newest_seq:
+                newest, newest_seq = entry, seq
+    if newest is None or newest.metadata.get("kind") != "clear":
+        return None
+    return newest.created_at
+
+
 def apply_event(state: ConversationState, entry: MemoryEntry) -> bool:
     """Applies the log event that follows ``state``; ``False`` if it does not follow it.
 
-    ``False`` means this host missed events that a summary has since compacted away (or the
-    store holds something memlane did not write): the caller reloads the conversation. The
-    state may then be half-changed and must be dropped.
+    ``False`` means this host missed events that a summary has since compacted away, or
+    another host cleared the conversation (or the store holds something memlane did not
+    write): the caller reloads the conversation. The state may then be half-changed and must
+    be dropped.
 
     Raises:
         CorruptStoreError: The event cannot be read back.
@@ -444,11 +484,12 @@ def restore(entries: list[MemoryEntry], max_tokens: int) -> tuple[ConversationSt
 
     The newest summary is the base; the turns it does not cover follow in log order. Entries
     of the layout before the log (an unkeyed turn per entry, one summary under
-    :data:`SUMMARY_KEY`) come first, numbered by store order as they always were.
+    :data:`SUMMARY_KEY`) come first, numbered by store order as they always were. A clear
+    event voids everything before it: the conversation starts again after it.
 
-    Returns the state and the ids of entries that a newer summary covers: an interrupted
-    summary commit (or a host that did not finish deleting) left them behind, and the caller
-    deletes them.
+    Returns the state and the ids of entries that a newer summary or a clear covers: an
+    interrupted summary commit or clear (or a host that did not finish deleting) left them
+    behind, and the caller deletes them.
 
     Raises:
         CorruptStoreError: A turn or summary entry that cannot be read back.
@@ -466,8 +507,21 @@ def restore(entries: list[MemoryEntry], max_tokens: int) -> tuple[ConversationSt
         elif entry.metadata.get("kind") == "turn":
             legacy_turns.append(entry)
     events.sort(key=lambda event: event[0])
+    head = events[-1][0] + 1 if events else 0
+    leftovers: list[str] = []
+    clears = [i for i, (_, entry) in enumerate(events) if entry.metadata.get("kind") == "clear"]
+    if clears:
+        # The conversation starts again after its last clear: everything before it is void,
+        # the clear itself excepted (a cached host must still find it after its own head).
+        last = clears[-1]
+        leftovers.extend(entry.entry_id for _, entry in events[:last])
+        leftovers.extend(entry.entry_id for entry in legacy_turns)
+        if legacy_summary is not None:
+            leftovers.append(legacy_summary.entry_id)
+        events = events[last + 1 :]
+        legacy_turns, legacy_summary = [], None
     summaries = [entry for _, entry in events if entry.metadata.get("kind") == "summary"]
-    leftovers = [entry.entry_id for entry in summaries[:-1]]
+    leftovers.extend(entry.entry_id for entry in summaries[:-1])
 
     # Turns the layout before the log kept, numbered after its summary, minus those it
     # named as replaced.
@@ -501,5 +555,5 @@ def restore(entries: list[MemoryEntry], max_tokens: int) -> tuple[ConversationSt
         else:
             # Log order is the truth when several processes append: number by it.
             state.append_record(_record(state.next_turn_id, entry), entry.entry_id, None)
-    state.head = events[-1][0] + 1 if events else 0
+    state.head = head
     return state, leftovers
