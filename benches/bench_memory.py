@@ -25,7 +25,16 @@ import tracemalloc
 from collections.abc import Callable
 from typing import Any
 
-from benches.harness import REPO, Config, Row, Unavailable, WorkloadResult, fmt_bytes
+from benches.harness import (
+    REPO,
+    Config,
+    Row,
+    Unavailable,
+    WorkloadResult,
+    find,
+    fmt_bytes,
+    judge,
+)
 
 CONTENDERS = [
     "memlane (Rust), InMemoryStore",
@@ -230,6 +239,17 @@ def run(cfg: Config, log: Callable[[str], None]) -> WorkloadResult:
         for r in result.rows:
             if r.case == case and ref and r.median_s:
                 r.ratio = r.median_s / ref.median_s  # type: ignore[operator]
+    rust = find(result.rows, rss_case, CONTENDERS[0])
+    judge(
+        result,
+        "memory per stored turn, Rust InMemory path (RSS delta) ≤ 1 KiB",
+        rust.median_s if rust and rust.median_s else None,
+        1024,
+        at_least=False,
+        fmt=fmt_bytes,
+        rows=[rust],
+        detail=rust.check if rust else "",
+    )
     result.plot["bytes"] = {
         r.contender: r.median_s for r in result.rows if r.case == rss_case and r.median_s
     }
