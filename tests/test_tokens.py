@@ -5,10 +5,14 @@ from __future__ import annotations
 import inspect
 import json
 import logging
+import os
 import pickle
 import re
+import select
+import signal
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -169,6 +173,34 @@ class TestExactCountsAgree:
         texts = [f"message {i}: " + "lorem ipsum dolor " * (i % 40) for i in range(3000)]
         rust, py = make("rust"), make("python")
         assert rust.estimate_many(texts) == py.estimate_many(texts)
+
+    def test_large_batches_from_many_threads_and_a_forked_child(self) -> None:
+        """The Rust batch workers outlive a call: batches racing from several threads, and a
+        child forked after the workers started (which has none of them), count the same."""
+        texts = [f"message {i}: " + "lorem ipsum 漢字 " * (i % 40) for i in range(3000)]
+        rust = make("rust")
+        expected = make("python").estimate_many(texts)
+        assert rust.estimate_many(texts) == expected  # the workers start
+        with ThreadPoolExecutor(4) as pool:
+            assert list(pool.map(lambda _: rust.estimate_many(texts), range(8))) == [expected] * 8
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: count, report, leave without running the parent's cleanup
+            try:
+                ok = rust.estimate_many(texts) == expected
+                os.write(write, b"1" if ok else b"0")
+            finally:
+                os._exit(0)
+        os.close(write)
+        try:
+            with os.fdopen(read, "rb") as answer:
+                ready, _, _ = select.select([answer], [], [], 60)
+                assert ready, "the forked child did not finish counting within 60 s"
+                assert answer.read() == b"1"
+        finally:
+            if os.waitpid(pid, os.WNOHANG)[0] == 0:  # still running: it hung
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
 
     @pytest.mark.parametrize("encoding_name", ENCODING_NAMES)
     def test_repeated_pieces_count_the_same_after_the_cache_forgets(

@@ -2,6 +2,7 @@
 //! embedded memory stores. Plain Rust modules; the PyO3 glue lives only in `py/`
 //! (behind the `python` feature) so `cargo test` runs without an interpreter.
 
+mod batch;
 pub mod budget;
 pub mod store;
 pub mod tokens;

@@ -468,10 +468,10 @@ impl Mode {
     }
 
     /// Counts a batch, splitting it across up to `available_parallelism` threads when the
-    /// batch is large enough to pay for them. Results stay in input order.
+    /// batch is large enough to pay for them (`batch.rs`). Results stay in input order.
     pub fn count_many(&self, texts: &[&str]) -> Vec<usize> {
         let total_bytes: usize = texts.iter().map(|t| t.len()).sum();
-        // Below ~64 KiB a thread spawn costs more than it saves.
+        // Below ~64 KiB handing work to other threads costs more than it saves.
         if texts.len() < 2 || total_bytes < 64 * 1024 {
             return texts.iter().map(|t| self.count(t)).collect();
         }
@@ -479,18 +479,7 @@ impl Mode {
         if threads < 2 {
             return texts.iter().map(|t| self.count(t)).collect();
         }
-        let mut out = vec![0usize; texts.len()];
-        let chunk = texts.len().div_ceil(threads);
-        std::thread::scope(|scope| {
-            for (src, dst) in texts.chunks(chunk).zip(out.chunks_mut(chunk)) {
-                scope.spawn(move || {
-                    for (t, slot) in src.iter().zip(dst.iter_mut()) {
-                        *slot = self.count(t);
-                    }
-                });
-            }
-        });
-        out
+        crate::batch::count_many(*self, texts, threads)
     }
 }
 
