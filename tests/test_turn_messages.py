@@ -9,14 +9,15 @@ later changes to its own list do not reach them. Operation counts, never wall-cl
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections import Counter
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 from pydantic_ai.messages import (
+    BinaryContent,
     ModelMessage,
     ModelMessagesTypeAdapter,
     ModelRequest,
@@ -27,11 +28,18 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.usage import RequestUsage
 
-from memlane import ConversationMemory, InMemoryStore, SQLiteStore, TokenEstimator
+from memlane import (
+    ConversationMemory,
+    ConversationTurn,
+    InMemoryStore,
+    SQLiteStore,
+    TokenEstimator,
+)
 from memlane import messages as messages_mod
 from memlane import types as types_mod
 from memlane.conversation import state as state_mod
 from memlane.conversation.state import ConversationState, new_ledger
+from memlane.types import new_turn, turn_json
 
 pytestmark = pytest.mark.usefixtures("impl")
 
@@ -62,7 +70,7 @@ def texts(messages: list[ModelMessage]) -> tuple[str, str]:
 
 
 @pytest.fixture
-def calls(monkeypatch: pytest.MonkeyPatch) -> Iterator[Counter[str]]:
+def calls(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
     """Counts every serialisation of messages memlane can make."""
     counts: Counter[str] = Counter()
 
@@ -73,23 +81,20 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> Iterator[Counter[str]]:
 
         return wrapper
 
-    # pydantic-ai's adapter (what packed every turn before) and the turn model's own serialiser
-    # of raw_messages (what a persistent store's entry is made with).
+    # pydantic-ai's adapter (what packed every turn before), and the adapter a turn's
+    # raw_messages are serialised with for a persistent store's entry (by the turn model's
+    # own serialiser too).
     monkeypatch.setattr(
         ModelMessagesTypeAdapter,
         "dump_json",
         counting("dump_json", ModelMessagesTypeAdapter.dump_json),
     )
-    monkeypatch.setattr(
-        types_mod, "_serialize_messages", counting("json", types_mod._serialize_messages)
-    )
-    types_mod.ConversationTurn.model_rebuild(force=True)  # the serialiser is looked up on build
+    adapter = types_mod._messages_adapter()
+    monkeypatch.setattr(adapter, "dump_python", counting("json", adapter.dump_python))
     monkeypatch.setattr(
         state_mod, "freeze_messages", counting("freeze", messages_mod.freeze_messages)
     )
-    yield counts
-    monkeypatch.undo()
-    types_mod.ConversationTurn.model_rebuild(force=True)
+    return counts
 
 
 def in_memory(max_tokens: int = 4000) -> ConversationMemory:
@@ -219,3 +224,84 @@ def test_freeze_round_trips_exact_objects() -> None:
     # JSON payloads (a turn read from the store) still decode.
     assert messages_mod.unpack_messages(ModelMessagesTypeAdapter.dump_json(messages)) == messages
     assert messages_mod.unpack_messages(messages) == messages
+
+
+def _turns_to_store() -> list[ConversationTurn]:
+    at = datetime(2026, 5, 6, 7, 8, 9, 123456, tzinfo=UTC)
+    tool_call: list[ModelMessage] = [
+        ModelRequest(parts=[UserPromptPart(content="weather?", timestamp=at)]),
+        ModelResponse(
+            parts=[
+                ToolCallPart(
+                    tool_name="weather", args={"city": "Oslo", "days": [1, 2]}, tool_call_id="c1"
+                )
+            ],
+            timestamp=at,
+        ),
+    ]
+    image: list[ModelMessage] = [
+        ModelRequest(
+            parts=[
+                UserPromptPart(
+                    content=["look", BinaryContent(data=b"\xff\x00ab", media_type="image/png")],
+                    timestamp=at,
+                )
+            ]
+        ),
+        ModelResponse(parts=[TextPart(content="a cat")], timestamp=at),
+    ]
+    return [
+        new_turn(  # given as strings: its messages are built when first read
+            turn_id=0,
+            user_prompt="hi",
+            assistant_response="hello",
+            timestamp=at,
+            token_estimate=3,
+            metadata={},
+        ),
+        new_turn(
+            turn_id=1,
+            user_prompt="q",
+            assistant_response="a",
+            raw_messages=turn_messages(1),
+            timestamp=at,
+            token_estimate=40,
+            metadata={"user": "u1", "scores": [0.5, 1], "nested": {"ok": True, "none": None}},
+        ),
+        ConversationTurn(
+            turn_id=2,
+            user_prompt="weather?",
+            assistant_response="",
+            raw_messages=tool_call,
+            timestamp=at,
+            token_estimate=9,
+            metadata={"when": at, "tags": ("a", "b")},
+        ),
+        ConversationTurn(
+            turn_id=3,
+            user_prompt="look",
+            assistant_response="a cat",
+            raw_messages=image,
+            timestamp=at,
+        ),
+        ConversationTurn(
+            turn_id=4, user_prompt="", assistant_response="summary", raw_messages=[], timestamp=at
+        ),
+    ]
+
+
+@pytest.mark.parametrize("index", range(5))
+def test_turn_json_is_model_dump(index: int) -> None:
+    ours, theirs = _turns_to_store()[index], _turns_to_store()[index]
+    got, want = turn_json(ours), theirs.model_dump(mode="json")
+    assert got == want
+    assert list(got) == list(want)
+    assert json.dumps(got) == json.dumps(want)
+    assert ours == theirs  # a turn given as strings has built its messages either way
+
+
+def test_turn_entry_reads_back_as_the_turn(tmp_path: Path) -> None:
+    turn = _turns_to_store()[1]
+    entry = state_mod.turn_entry(turn, "e1", 0)
+    assert entry.content == turn.model_dump(mode="json")
+    assert ConversationTurn.model_validate(entry.content) == turn

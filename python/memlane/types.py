@@ -23,7 +23,7 @@ from pydantic import (
     model_serializer,
 )
 from pydantic.json_schema import JsonSchemaValue
-from pydantic_core import CoreSchema, core_schema, to_json
+from pydantic_core import CoreSchema, core_schema, to_json, to_jsonable_python
 
 if TYPE_CHECKING:
     from pydantic_ai.messages import ModelMessage
@@ -271,3 +271,29 @@ def new_turn(**values: Any) -> ConversationTurn:
     object.__setattr__(turn, "__pydantic_extra__", None)
     object.__setattr__(turn, "__pydantic_private__", None)
     return turn
+
+
+def turn_json(turn: ConversationTurn) -> dict[str, Any]:
+    """``turn.model_dump(mode="json")``, built field by field.
+
+    What a persistent store keeps of every turn. pydantic's model serialiser, wrapped around
+    memlane's serialiser of ``raw_messages``, spends about as long again as serialising the
+    messages themselves (~20 us a turn); here they are serialised once, by the same adapter,
+    and the other fields cost next to nothing. A test holds the two equal, key order included.
+    """
+    messages = turn.raw_messages  # those of a turn given as strings are built now
+    values = turn.__dict__
+    metadata = values["metadata"]
+    return {
+        "turn_id": values["turn_id"],
+        "user_prompt": values["user_prompt"],
+        "assistant_response": values["assistant_response"],
+        "raw_messages": (
+            []
+            if type(messages) is list and not messages
+            else _messages_adapter().dump_python(messages, mode="json")
+        ),
+        "timestamp": to_jsonable_python(values["timestamp"]),
+        "token_estimate": values["token_estimate"],
+        "metadata": to_jsonable_python(metadata) if metadata else {},
+    }

@@ -23,7 +23,14 @@ from memlane import _backend
 from memlane._pure.budget import BudgetLedger
 from memlane.errors import CorruptStoreError
 from memlane.messages import default_messages, freeze_messages, summary_message, unpack_messages
-from memlane.types import ConversationTurn, MemoryEntry, MemoryScope, new_turn, utc_now
+from memlane.types import (
+    ConversationTurn,
+    MemoryEntry,
+    MemoryScope,
+    new_turn,
+    turn_json,
+    utc_now,
+)
 
 if TYPE_CHECKING:
     from pydantic_ai.messages import ModelMessage
@@ -92,7 +99,7 @@ def transcript_entry(turn: ConversationTurn) -> MemoryEntry:
         entry_id=uuid.uuid4().hex,
         scope=MemoryScope.CONVERSATION,
         key=f"{TRANSCRIPT_PREFIX}{turn.turn_id:0{_SEQ_DIGITS}d}",
-        content=turn.model_dump(mode="json"),
+        content=turn_json(turn),
         metadata={"kind": "transcript"},
         created_at=turn.timestamp,
         expires_at=None,
@@ -311,7 +318,7 @@ def turn_entry(turn: ConversationTurn, entry_id: str, seq: int) -> MemoryEntry:
         entry_id=entry_id,
         scope=MemoryScope.CONVERSATION,
         key=log_key(seq),
-        content=turn.model_dump(mode="json"),
+        content=turn_json(turn),
         metadata={"kind": "turn"},
         created_at=turn.timestamp,
         expires_at=None,
