@@ -89,16 +89,6 @@ def default_messages(user_prompt: str, assistant_response: str, at: datetime) ->
     ]
 
 
-def pack_messages(messages: list[ModelMessage]) -> bytes | list[ModelMessage]:
-    """Messages as compact JSON, or the list itself if pydantic cannot serialise its content."""
-    from pydantic_ai.messages import ModelMessagesTypeAdapter
-
-    try:
-        return ModelMessagesTypeAdapter.dump_json(messages)
-    except ValueError:
-        return list(messages)
-
-
 Frozen = tuple[bytes]
 """Messages frozen by :func:`freeze_messages`: their pickle, in a 1-tuple (which tells it from
 JSON)."""
@@ -120,8 +110,9 @@ def freeze_messages(messages: list[ModelMessage]) -> Frozen | list[ModelMessage]
 
 
 def unpack_messages(payload: bytes | str | Frozen | list[ModelMessage]) -> list[ModelMessage]:
-    """The messages :func:`pack_messages` packed or :func:`freeze_messages` froze (new
-    objects), or a list of live messages (a new list of the same objects)."""
+    """The messages of a turn's record: its JSON (a turn read back from the store) or what
+    :func:`freeze_messages` froze, as new objects; a list of live messages as a new list of
+    the same objects."""
     if isinstance(payload, tuple):
         messages: list[ModelMessage] = pickle.loads(payload[0])  # noqa: S301  # made in-process
         return messages
