@@ -511,24 +511,35 @@ class TestPostgreSQLIndexes:
         finally:
             await con.close()
         assert generated == {"search_words": "ALWAYS", "search_vector": "ALWAYS"}
-        assert "gin (search_vector)" in indexes["memory_entries_search"]
-        assert "gin (search_words" in indexes["memory_entries_search_trgm"]
-        assert "gin_trgm_ops" in indexes["memory_entries_search_trgm"]
+        # The word index leads with the namespace (btree_gin), under the collation only it
+        # has: a search steps through its namespaces' entries only where a query word is.
+        words = indexes["memory_entries_namespace_search"]
+        trigrams = indexes["memory_entries_search_trgm"]
+        assert re.search(r'gin \(namespace COLLATE "C"( \S+)?, search_vector\)', words), words
+        assert "WHERE (search_vector IS NOT NULL)" in words
+        assert "gin (search_words" in trigrams
+        assert "gin_trgm_ops" in trigrams
+        assert "memory_entries_search" not in indexes
         # No pending list: every search would read the rows written since the last vacuum.
-        assert "fastupdate=off" in indexes["memory_entries_search"].replace(" ", "")
-        assert "fastupdate=off" in indexes["memory_entries_search_trgm"].replace(" ", "")
-        assert mark == "memlane schema 5"
+        assert "fastupdate=off" in words.replace(" ", "")
+        assert "fastupdate=off" in trigrams.replace(" ", "")
+        assert mark == "memlane schema 6"
         assert "und-x-icu" in body  # the test server has ICU: Unicode letters split right
 
-    async def test_schema_4_indexes_lose_their_pending_list(
+    async def test_older_indexes_are_replaced(
         self, pg: PostgreSQLStore, postgres_server: Server
     ) -> None:
         s = f'"{pg.schema_name}"'
+        await pg.async_save_many("ns", [doc("timezone Adelaide"), doc("green tea")])
+        await pg.async_save("other", doc("timezone Perth"))
         con = await asyncpg.connect(postgres_server.url)
         try:
+            # Schema 4: the word index without the namespace, both with GIN's pending list.
             await con.execute(
                 f"""
-                ALTER INDEX {s}.memory_entries_search SET (fastupdate = on);
+                DROP INDEX {s}.memory_entries_namespace_search;
+                CREATE INDEX memory_entries_search ON {s}.memory_entries
+                    USING gin (search_vector) WITH (fastupdate = on);
                 ALTER INDEX {s}.memory_entries_search_trgm SET (fastupdate = on);
                 COMMENT ON TABLE {s}.memory_entries IS 'memlane schema 4';
                 """
@@ -536,12 +547,16 @@ class TestPostgreSQLIndexes:
             again = await initialized(
                 PostgreSQLStore(postgres_server.url, schema_name=pg.schema_name, pool_min_size=1)
             )
-            await again.async_close()
+            try:
+                assert texts(await again.async_search(["ns"], "timezone")) == ["timezone Adelaide"]
+                assert texts(await again.async_search(["ns"], "timez")) == ["timezone Adelaide"]
+            finally:
+                await again.async_close()
             options = dict(
                 await con.fetch(
                     "SELECT c.relname, array_to_string(c.reloptions, ',') FROM pg_class c "
                     "JOIN pg_namespace n ON n.oid = c.relnamespace "
-                    "WHERE n.nspname = $1 AND c.relname LIKE 'memory_entries_search%'",
+                    "WHERE n.nspname = $1 AND c.relname LIKE 'memory_entries%search%'",
                     pg.schema_name,
                 )
             )
@@ -551,10 +566,10 @@ class TestPostgreSQLIndexes:
         finally:
             await con.close()
         assert options == {
-            "memory_entries_search": "fastupdate=off",
+            "memory_entries_namespace_search": "fastupdate=off",
             "memory_entries_search_trgm": "fastupdate=off",
         }
-        assert mark == "memlane schema 5"
+        assert mark == "memlane schema 6"
 
     async def test_a_selective_search_uses_the_indexes(
         self, pg: PostgreSQLStore, postgres_server: Server
@@ -574,11 +589,68 @@ class TestPostgreSQLIndexes:
         for terms in (["needle"], ["needl"], ["needle", "haystak"]):
             plan = await explain(postgres_server.url, pg._search, ["ns"], utc_now(), terms, 0.0, 10)
             assert not re.search(r"Seq Scan on memory_entries", plan), plan
-            assert "Bitmap Index Scan on memory_entries_search " in plan, plan
+            assert "Bitmap Index Scan on memory_entries_namespace_search " in plan, plan
             assert "Bitmap Index Scan on memory_entries_search_trgm" in plan, plan
+            # The namespace is served by the search indexes, never read whole from its own.
+            assert "on memory_entries_namespace " not in plan, plan
         assert texts(await pg.async_search(["ns"], "needle w1"))[0] == "needle in a haystack"
         assert texts(await pg.async_search(["ns"], "needl")) == ["needle in a haystack"]
         assert texts(await pg.async_search(["ns"], "haystak")) == ["needle in a haystack"]
+
+    @pytest.mark.parametrize("plans", ["force_custom_plan", "force_generic_plan"])
+    async def test_a_search_reads_rows_bounded_by_its_matches(
+        self, pg: PostgreSQLStore, postgres_server: Server, plans: str
+    ) -> None:
+        # One big namespace written just now (no statistics yet), as a bulk load leaves it:
+        # the planner once ANDed the word index with the whole namespace's (namespace, seq)
+        # entries, so a search read every row of the namespace for three matches.
+        words = [f"w{i}" for i in range(300)]
+        batch = [
+            doc(" ".join(words[(i * 7 + j * 31) % 300] for j in range(8))) for i in range(6000)
+        ]
+        await pg.async_save_many("ns", batch)
+        await pg.async_save_many(
+            "ns", [doc(f"daylight saving time {i}", importance=0.7) for i in range(3)]
+        )
+        await pg.async_save("other", doc("daylight saving elsewhere"))
+        for terms in (["daylight", "saving"], ["daylight", "savng"], ["dayligh"]):
+            read = await rows_read(postgres_server.url, pg._search, plans, terms)
+            # Each word's 3 or 4 rows, counted then ranked: never the namespace's 6,000.
+            assert all(n <= 30 for n in read.values()), (terms, read)
+        assert len(await pg.async_search(["ns"], "daylight saving")) == 3
+        assert len(await pg.async_search(["ns"], "daylight savng")) == 3
+
+
+async def rows_read(url: str, statement: str, plans: str, terms: list[str]) -> dict[str, int]:
+    """Rows each scan of the prepared search (planned as ``plans`` says) took from an index
+    or the table, kept or filtered out, summed by scan: what grows with the namespace when a
+    scan reads it whole."""
+    con = await asyncpg.connect(url)
+    try:
+        await con.execute(f"SET plan_cache_mode = {plans}")
+        await con.execute(f"PREPARE q(text[], timestamptz, text[], float8, int) AS {statement}")
+        # EXECUTE takes no parameters: the test's own words, as literals.
+        words = ", ".join(f"'{term}'" for term in terms)
+        [[plan]] = await con.fetch(
+            "EXPLAIN (ANALYZE, FORMAT JSON) "
+            f"EXECUTE q(ARRAY['ns', 'ns2'], now(), ARRAY[{words}], 0.5, 10)"
+        )
+    finally:
+        await con.close()
+    read: dict[str, int] = {}
+
+    def walk(node: dict[str, Any]) -> None:
+        if node["Node Type"] in ("Seq Scan", "Index Scan", "Bitmap Index Scan", "Bitmap Heap Scan"):
+            name = f"{node['Node Type']} {node.get('Index Name', node.get('Relation Name'))}"
+            loops = node.get("Actual Loops", 0)
+            taken = node.get("Actual Rows", 0) + node.get("Rows Removed by Filter", 0)
+            taken += node.get("Rows Removed by Index Recheck", 0)
+            read[name] = read.get(name, 0) + round(taken * loops)
+        for child in node.get("Plans", []):
+            walk(child)
+
+    walk(json.loads(plan)[0]["Plan"])
+    return read
 
 
 @contextlib.asynccontextmanager
@@ -653,6 +725,7 @@ class TestPostgreSQLWithoutTrigrams:
         admin = await asyncpg.connect(database)
         try:
             await admin.execute("CREATE EXTENSION pg_trgm SCHEMA public")
+            await admin.execute("CREATE EXTENSION btree_gin SCHEMA public")
         finally:
             await admin.close()
         again = PostgreSQLStore(f"{database}?search_path=nowhere", schema_name="mem")
@@ -663,6 +736,89 @@ class TestPostgreSQLWithoutTrigrams:
             assert texts(await again.async_search(["ns"], "timez")) == ["timezone Adelaide"]
         finally:
             await again.async_close()
+
+
+async def index_names(url: str, schema: str) -> set[str]:
+    con = await asyncpg.connect(url)
+    try:
+        rows = await con.fetch("SELECT indexname FROM pg_indexes WHERE schemaname = $1", schema)
+    finally:
+        await con.close()
+    return {r[0] for r in rows}
+
+
+class TestPostgreSQLWithoutBtreeGin:
+    """Without btree_gin the store warns and keeps the word index without the namespace,
+    finding the same entries; once btree_gin appears, the next store leads the index with it."""
+
+    @pytest.fixture
+    async def database(self, postgres_server: Server) -> AsyncIterator[str]:
+        async with fresh_database(postgres_server) as url:
+            admin = await asyncpg.connect(url)
+            try:
+                await admin.execute("CREATE EXTENSION pg_trgm SCHEMA public")
+            finally:
+                await admin.close()
+            yield url
+
+    async def answers(self, store: PostgreSQLStore) -> list[list[str]]:
+        return [
+            texts(await store.async_search(namespaces, query, min_importance=least))
+            for namespaces, query, least in [
+                (["ns"], "timezone", 0.0),
+                (["ns"], "timez", 0.0),
+                (["ns"], "timezone perth", 0.0),
+                (["ns"], "timezone", 0.6),
+                (["ns", "other"], "darwin timezone", 0.0),
+                (["other"], "adelaide", 0.0),
+            ]
+        ]
+
+    async def test_warns_then_recovers(self, database: str, impl: _backend.Implementation) -> None:
+        # With no schema on the search path, CREATE EXTENSION btree_gin has nowhere to go.
+        url = f"{database}?search_path=nowhere"
+        expected = [
+            ["timezone Adelaide", "timezone Perth"],
+            ["timezone Adelaide", "timezone Perth"],
+            ["timezone Perth", "timezone Adelaide"],
+            ["timezone Adelaide"],
+            ["timezone Darwin", "timezone Adelaide", "timezone Perth"],
+            [],
+        ]
+        store = PostgreSQLStore(url, schema_name="mem")
+        try:
+            with pytest.warns(IndexFallbackWarning, match="no btree_gin") as caught:
+                await store.async_initialize()
+            assert "no trigram index" not in str(caught[0].message)
+            assert 'COLLATE "C"' not in store._search  # today's statement, for today's index
+            await store.async_save_many(
+                "ns",
+                [doc("timezone Adelaide", importance=0.9), doc("timezone Perth"), doc("green")],
+            )
+            await store.async_save("other", doc("timezone Darwin", importance=0.8))
+            assert await self.answers(store) == expected
+        finally:
+            await store.async_close()
+        indexes = await index_names(database, "mem")
+        assert {"memory_entries_search", "memory_entries_search_trgm"} <= indexes
+        assert "memory_entries_namespace_search" not in indexes
+        admin = await asyncpg.connect(database)
+        try:
+            await admin.execute("CREATE EXTENSION btree_gin SCHEMA public")
+        finally:
+            await admin.close()
+        again = PostgreSQLStore(url, schema_name="mem")
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")
+                await again.async_initialize()
+            assert 'COLLATE "C"' in again._search
+            assert await self.answers(again) == expected
+        finally:
+            await again.async_close()
+        indexes = await index_names(database, "mem")
+        assert {"memory_entries_namespace_search", "memory_entries_search_trgm"} <= indexes
+        assert "memory_entries_search" not in indexes
 
 
 # ---------------------------------------------------------------------------- migration

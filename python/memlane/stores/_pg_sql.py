@@ -296,11 +296,13 @@ END
 $body$;
 """
         # Bump when the DDL changes (here or in _pg_search): a table marked with this version
-        # needs nothing. 4: the search columns and indexes.
-        self.version = "memlane schema 5"
+        # needs nothing. 4: the search columns and indexes. 5: the indexes without a pending
+        # list. 6: the word index led by the namespace (btree_gin).
+        self.version = "memlane schema 6"
         self.mark = f"COMMENT ON TABLE {t} IS '{self.version}'"
         self.state = _pg_search.state_query(s, t)
         self.search_ddl = functools.partial(_pg_search.search_ddl, s, t)
+        self.word_index = functools.partial(_pg_search.word_index_ddl, s, t)
         self.trigram_index = functools.partial(_pg_search.trigram_index_ddl, t)
         self.search = functools.partial(_pg_search.search_statement, s, t, columns)
         self.save_one = f"SELECT {s}.save_entry($1, $2, $3, $4, $5, $6, $7, $8, $9)"

@@ -87,10 +87,13 @@ class PostgreSQLStore(NetworkStore[Any]):
     query term; they rank by BM25, each term weighted by its document frequency in the
     searched namespaces (counted from the index), then by importance. When fewer rows match
     than ``limit``, rows whose words are close to a query term that no entry holds (a typo,
-    a prefix) follow, by ``pg_trgm`` word similarity. Tables made before search gain the
-    columns on first use (one rewrite of the table); a server where ``pg_trgm`` cannot be
-    created gives an :class:`~memlane.stores.IndexFallbackWarning` and matches whole words
-    only.
+    a prefix) follow, by ``pg_trgm`` word similarity. Where ``btree_gin`` can be had, the
+    word index leads with ``namespace``, so a search reads the rows it matches, not every
+    row of the namespaces it searches. Tables made before search gain the columns on first
+    use (one rewrite of the table); a server where ``pg_trgm`` cannot be created gives an
+    :class:`~memlane.stores.IndexFallbackWarning` and matches whole words only, and one
+    without ``btree_gin`` gives the warning and finds the same entries, more slowly as
+    namespaces grow.
 
     Content and metadata are JSONB: objects read back with JSONB's key order (sorted), and
     ``-0.0`` reads back as ``0.0``; every other plain-JSON value reads back equal and of
@@ -136,8 +139,8 @@ class PostgreSQLStore(NetworkStore[Any]):
         self._sql = PgSql(schema_name)
         self._dsn, connect_timeout = _split_connect_timeout(self._url)
         self.connect_timeout = self.timeout if connect_timeout is None else connect_timeout
-        # Until migration finds pg_trgm: the statement that searches by words alone.
-        self._search: str = self._sql.search(None)
+        # Until migration finds the indexes: the statement that searches by words alone.
+        self._search: str = self._sql.search(None, led=False)
 
     async def _open(self, loop: asyncio.AbstractEventLoop) -> Any:
         asyncpg = self._asyncpg
@@ -156,10 +159,12 @@ class PostgreSQLStore(NetworkStore[Any]):
 
     async def _migrate(self, pool: Any) -> None:
         state = await pool.fetchrow(self._sql.state)
-        trigram, problem = state["trigram"], ""
+        trigram, led = state["trigram"], state["words_led"]
+        missing: dict[str, str] = {}
         # Up to date already (the usual case): skip the DDL, whose index statements would
         # briefly lock out writers of the table.
-        if state["version"] != self._sql.version or not state["trigram_index"]:
+        current = state["version"] == self._sql.version
+        if not (current and state["words_led"] and state["trigram_index"]):
             async with pool.acquire() as con, con.transaction():
                 # Concurrent CREATE ... IF NOT EXISTS can still collide in the catalogs, and
                 # concurrent CREATE OR REPLACE FUNCTION fails outright: serialise migrations.
@@ -168,34 +173,58 @@ class PostgreSQLStore(NetworkStore[Any]):
                     await con.execute(self._sql.migrate)
                     await con.execute(self._sql.search_ddl(state["icu"]))
                     await con.execute(self._sql.mark)
-                trigram, problem = await self._ensure_trigram(con)
-        if trigram is None:
+                btree_gin, problem = await self._ensure_extension(con, _pg_search.BTREE_GIN)
+                led = btree_gin is not None
+                if btree_gin is None:
+                    missing[_pg_search.BTREE_GIN] = (
+                        f"no btree_gin ({problem}), so search reads every entry of the searched "
+                        "namespaces from their index and slows as they grow"
+                    )
+                await con.execute(self._sql.word_index(btree_gin))
+                trigram, problem = await self._ensure_trigram_index(con)
+                if trigram is None:
+                    missing[_pg_search.TRIGRAM] = (
+                        f"no trigram index ({problem}), so search finds whole words only, "
+                        "not misspelt or partial ones"
+                    )
+        if missing:
             warnings.warn(
-                f"PostgreSQL server at {self.address} gives no trigram index ({problem}); "
-                "search finds whole words only, not misspelt or partial ones. Once pg_trgm "
-                "can be created (CREATE EXTENSION pg_trgm, by a user allowed to), the next "
-                "store to start creates the index.",
+                f"PostgreSQL server at {self.address} gives {'; and '.join(missing.values())}. "
+                f"Once {' and '.join(missing)} can be created (CREATE EXTENSION, by a user "
+                "allowed to), the next store to start creates the indexes.",
                 IndexFallbackWarning,
                 stacklevel=2,
             )
-        self._search = self._sql.search(trigram)
+        self._search = self._sql.search(trigram, led=led)
 
-    async def _ensure_trigram(self, con: Any) -> tuple[str | None, str]:
+    async def _ensure_extension(self, con: Any, name: str) -> tuple[str | None, str]:
+        """The extension's schema once it exists, else ``None`` and why not. Runs inside the
+        migration's transaction."""
+        asyncpg = self._asyncpg
+        schema = await con.fetchval(_pg_search.extension_schema(name))
+        if schema is not None:
+            return schema, ""
+        try:
+            await con.execute("SELECT pg_advisory_xact_lock($1)", _pg_search.EXTENSION_LOCK_ID)
+            # A savepoint: a refusal leaves the migration's transaction usable.
+            async with con.transaction():
+                await con.execute(f"CREATE EXTENSION IF NOT EXISTS {name}")
+        except asyncpg.PostgresError as exc:
+            if self._is_connection_error(exc):
+                raise
+            return None, f"{type(exc).__name__}: {exc}"
+        return await con.fetchval(_pg_search.extension_schema(name)), ""
+
+    async def _ensure_trigram_index(self, con: Any) -> tuple[str | None, str]:
         """pg_trgm's schema once the extension and the table's trigram index exist, else
         ``None`` and why not. Runs inside the migration's transaction."""
-        asyncpg = self._asyncpg
-        trigram = await con.fetchval(_pg_search.TRIGRAM_SCHEMA)
+        trigram, problem = await self._ensure_extension(con, _pg_search.TRIGRAM)
+        if trigram is None:
+            return None, problem
         try:
-            # Savepoints: a refusal leaves the migration's transaction usable.
-            if trigram is None:
-                await con.execute("SELECT pg_advisory_xact_lock($1)", _pg_search.TRIGRAM_LOCK_ID)
-                async with con.transaction():
-                    await con.execute(_pg_search.create_trigram)
-                trigram = await con.fetchval(_pg_search.TRIGRAM_SCHEMA)
-            if trigram is not None:
-                async with con.transaction():
-                    await con.execute(self._sql.trigram_index(trigram))
-        except asyncpg.PostgresError as exc:
+            async with con.transaction():
+                await con.execute(self._sql.trigram_index(trigram))
+        except self._asyncpg.PostgresError as exc:
             if self._is_connection_error(exc):
                 raise
             return None, f"{type(exc).__name__}: {exc}"
