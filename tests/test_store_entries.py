@@ -275,3 +275,88 @@ def test_the_store_names_the_file_for_a_corrupt_row(
         store.load_range("n", "a", "z")
     assert store.load_by_key("n", "k") == row_to_entry(row(), "x")
     store.close()
+
+
+def test_both_builders_set_the_fields_memory_entry_declares() -> None:
+    core = require_rust_core()
+    assert core.ENTRY_FIELDS == pure._ENTRY_FIELDS == tuple(MemoryEntry.model_fields)
+
+
+def test_a_bulk_load_keeps_frozen_objects_frozen(tables: tuple[Any, Any]) -> None:
+    rows = [row(key=f"k{i}", entry_id=f"e{i}") for i in range(200)]
+    for table in tables:
+        table.clear("n")
+        table.save_many("n", rows)
+    held = [[i] for i in range(50)]  # tracked objects of the program's own
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        for table in tables:
+            items, _ = table.load_entries("n", 0.0, ENTRY_KIT)
+            assert len(items) == 200
+            assert gc.get_freeze_count() == frozen
+    finally:
+        gc.unfreeze()
+    for table in tables:
+        table.load_entries("n", 0.0, ENTRY_KIT)
+        # Unfrozen, a bulk load leaves nothing frozen behind it.
+        assert gc.get_freeze_count() == 0
+    assert held[49] == [49]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    picks=st.lists(
+        st.tuples(
+            st.sampled_from(["a", "bench", "t3", "x" * 32, "y" * 33, "é😀", "note"]),
+            st.sampled_from([0.0, 0.5, 0.5, 1.0, 0.25]),
+            st.sampled_from(["working", "long_term", "short_term", "nope"]),
+            st.booleans(),
+        ),
+        min_size=65,
+        max_size=90,
+    )
+)
+def test_a_batch_shares_nothing_mutable(
+    tables: tuple[Any, Any], picks: list[tuple[str, float, str, bool]]
+) -> None:
+    """Rows repeating short strings, importances and scopes (shared within a batch by the
+    Rust builder), with odd rows among them, load as ``row_to_entry`` decodes each alone."""
+    rows = [
+        row(
+            json.dumps({text: [text, i]}) if good else "NaN",
+            metadata=json.dumps({"tag": text}),
+            scope=scope,
+            importance=importance,
+            key=f"k{i}",
+            entry_id=f"e{i}",
+        )
+        for i, (text, importance, scope, good) in enumerate(picks)
+    ]
+    check(tables, rows)
+    items, odd = tables[0].load_entries("n", 0.0, ENTRY_KIT)
+    built = [e for i, e in enumerate(items) if i not in odd]
+    for entry in built:
+        entry.content["mine"] = entry.entry_id
+        entry.model_fields_set.discard("key")
+    assert all(e.content["mine"] == e.entry_id for e in built)
+    assert len({id(e.content) for e in built}) == len(built)
+    assert len({id(e.__pydantic_fields_set__) for e in built}) == len(built)
+
+
+def test_a_subclass_kit_builds_the_subclass(tables: tuple[Any, Any]) -> None:
+    class Tagged(MemoryEntry):
+        pass
+
+    kit = (Tagged, *ENTRY_KIT[1:])
+    rows = [row(key=f"k{i}", entry_id=f"e{i}") for i in range(70)]
+    for table in tables:
+        table.clear("n")
+        table.save_many("n", rows)
+        items, odd = table.load_entries("n", 0.0, kit)
+        assert odd == []
+        assert all(type(e) is Tagged for e in items)
+        assert [e.__dict__ for e in items] == [row_to_entry(r, "f").__dict__ for r in rows]
+        # The store's own kit still builds MemoryEntry objects afterwards.
+        items, _ = table.load_entries("n", 0.0, ENTRY_KIT)
+        assert all(type(e) is MemoryEntry for e in items)

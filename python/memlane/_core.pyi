@@ -4,9 +4,20 @@ from collections.abc import Sequence
 from os import PathLike
 from typing import Any, Self, TypeAlias, final
 
-__all__ = ["BudgetLedger", "Encoder", "MemoryTable", "SearchIndex", "SqliteTable", "__version__"]
+__all__ = [
+    "ENTRY_FIELDS",
+    "BudgetLedger",
+    "Encoder",
+    "MemoryTable",
+    "SearchIndex",
+    "SqliteTable",
+    "__version__",
+]
 
 __version__: str
+
+ENTRY_FIELDS: tuple[str, ...]
+"""The fields the SQLite table's entry builder sets, in ``MemoryEntry``'s declaration order."""
 
 @final
 class Encoder:
@@ -329,7 +340,9 @@ class SqliteTable:
         validation (twin of :func:`memlane._pure.store.build_entries`), except at the indices
         in ``odd``, which hold rows the builder does not take for certain, for ``row_to_entry``.
         ``kit`` is ``memlane.stores.sqlite.ENTRY_KIT``. The cyclic GC is paused while a large
-        batch is built, and restored as it was.
+        batch is built, and restored as it was; unless objects are frozen, the batch then joins
+        the oldest generation (``gc.freeze()``, ``gc.unfreeze()``) rather than costing a young
+        collection over all of it.
 
         Raises:
             ValueError: The table is closed.

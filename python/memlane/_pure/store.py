@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from memlane.types import MemoryEntry
+
 Row = tuple[str, str, str | None, str, str, str, float | None, float, int]
 """A persisted entry: entry_id, scope, key, content JSON, metadata JSON, created_at ISO,
 expires_at (Unix seconds or None), importance, version."""
@@ -339,17 +341,9 @@ EntryKit = tuple[Any, dict[str, Any], Callable[[str], Any], Callable[[float, Any
 """What :func:`build_entry` needs: ``(MemoryEntry, {scope value: MemoryScope},
 datetime.fromisoformat, datetime.fromtimestamp, UTC)`` (the SQLite store's ``ENTRY_KIT``)."""
 
-_ENTRY_FIELDS = (
-    "entry_id",
-    "scope",
-    "key",
-    "content",
-    "metadata",
-    "created_at",
-    "expires_at",
-    "importance",
-    "version",
-)
+_ENTRY_FIELDS = tuple(MemoryEntry.model_fields)
+"""The fields of an entry, in declaration order: all of them are set by :func:`build_entry`
+(the Rust builder's list, ``memlane._core.ENTRY_FIELDS``, is held equal to it by a test)."""
 
 
 def build_entry(row: Row, kit: EntryKit) -> Any | None:

@@ -13,13 +13,15 @@
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyBool, PyDict, PyFloat, PyList, PySet, PyString, PyTuple};
+use pyo3::types::{PyBool, PyDict, PyFloat, PyFrozenSet, PyList, PySet, PyString, PyTuple};
+use rustc_hash::FxHashMap;
 
 use crate::store::sqlite::Row;
 
 /// The nine fields of `MemoryEntry`, in declaration order (the order of `model_construct`'s
-/// `__dict__`).
-const FIELDS: [&str; 9] = [
+/// `__dict__`); `memlane._core.ENTRY_FIELDS`, which a test holds equal to
+/// `MemoryEntry.model_fields`.
+pub const FIELDS: [&str; 9] = [
     "entry_id",
     "scope",
     "key",
@@ -38,51 +40,134 @@ const MAX_DEPTH: usize = 200;
 /// Batches longer than this are built with the cyclic GC paused (see `Kit::entries`).
 const GC_PAUSE_ROWS: usize = 64;
 
-/// Interned names and `object`'s own `__new__` and `__setattr__`, looked up once.
+/// JSON strings up to this many bytes (object keys, tags, short values) are made once per
+/// batch and shared by every entry that holds them: a `str` is immutable, so only identity
+/// (`is`) can tell, and `json.loads` promises none across calls.
+const SHARED_STRING_BYTES: usize = 32;
+
+/// The most distinct strings one batch shares; later ones are made per occurrence.
+const SHARED_STRINGS: usize = 4096;
+
+/// Interned names, `object.__new__`, and what every entry starts from, made once.
 struct Names {
     fields: [Py<PyString>; 9],
-    dict: Py<PyString>,
-    fields_set: Py<PyString>,
-    extra: Py<PyString>,
-    private: Py<PyString>,
     object_new: Py<PyAny>,
-    object_setattr: Py<PyAny>,
     gc: Py<PyAny>,
+    /// Every field, `None` where a row may leave it so (`key`, `expires_at`).
+    template: Py<PyDict>,
+    /// The fields given, all of them: each entry gets its own copy (`fields_set | empty`).
+    fields_set: Py<PySet>,
+    empty: Py<PyFrozenSet>,
 }
 
 static NAMES: PyOnceLock<Names> = PyOnceLock::new();
 
 fn names(py: Python<'_>) -> PyResult<&Names> {
     NAMES.get_or_try_init(py, || {
-        let object = py.import("builtins")?.getattr("object")?;
-        let intern = |s: &str| PyString::intern(py, s).unbind();
+        let fields = FIELDS.map(|s| PyString::intern(py, s).unbind());
+        let template = PyDict::new(py);
+        for field in &fields {
+            template.set_item(field.bind(py), py.None())?;
+        }
+        let fields_set = PySet::new(py, fields.iter().map(|s| s.bind(py)))?.unbind();
         Ok::<_, PyErr>(Names {
-            fields: FIELDS.map(intern),
-            dict: intern("__dict__"),
-            fields_set: intern("__pydantic_fields_set__"),
-            extra: intern("__pydantic_extra__"),
-            private: intern("__pydantic_private__"),
-            object_new: object.getattr("__new__")?.unbind(),
-            object_setattr: object.getattr("__setattr__")?.unbind(),
+            object_new: py
+                .import("builtins")?
+                .getattr("object")?
+                .getattr("__new__")?
+                .unbind(),
             gc: py.import("gc")?.into_any().unbind(),
+            template: template.unbind(),
+            fields_set,
+            empty: PyFrozenSet::empty(py)?.unbind(),
+            fields,
         })
     })
 }
+
+/// The slots `model_construct` fills, in the order it fills them.
+const SLOTS: [&str; 4] = [
+    "__dict__",
+    "__pydantic_fields_set__",
+    "__pydantic_extra__",
+    "__pydantic_private__",
+];
+
+/// `__set__` of each of `SLOTS`, found on `cls`'s MRO as `object.__setattr__` finds them.
+/// Calling a slot's own setter does what `object.__setattr__(entry, name, value)` does
+/// (these are data descriptors, so the lookup ends there) at half the cost: no lookup of
+/// the name, no slicing of the arguments.
+fn slot_setters<'py>(cls: &Bound<'py, PyAny>) -> PyResult<[Bound<'py, PyAny>; 4]> {
+    let mro = cls.getattr("__mro__")?;
+    let find = |name: &str| -> PyResult<Bound<'py, PyAny>> {
+        for klass in mro.try_iter()? {
+            let namespace = klass?.getattr("__dict__")?;
+            if namespace.contains(name)? {
+                return namespace.get_item(name)?.getattr("__set__");
+            }
+        }
+        Err(PyValueError::new_err(format!(
+            "kit class has no {name} slot"
+        )))
+    };
+    Ok([
+        find(SLOTS[0])?,
+        find(SLOTS[1])?,
+        find(SLOTS[2])?,
+        find(SLOTS[3])?,
+    ])
+}
+
+/// The setters of the first class seen (the store's `MemoryEntry`), kept for later calls.
+static SETTERS: PyOnceLock<(Py<PyAny>, [Py<PyAny>; 4])> = PyOnceLock::new();
 
 /// What building needs from Python: `(MemoryEntry, {scope value: MemoryScope},
 /// datetime.fromisoformat, datetime.fromtimestamp, UTC)`, the store's `ENTRY_KIT`.
 pub struct Kit<'py> {
     cls: Bound<'py, PyAny>,
-    scopes: Bound<'py, PyDict>,
+    /// The scopes by value, compared in Rust: a row's scope needs no `str` to be found.
+    scopes: Vec<(String, Bound<'py, PyAny>)>,
     from_iso: Bound<'py, PyAny>,
     from_timestamp: Bound<'py, PyAny>,
     utc: Bound<'py, PyAny>,
     names: &'py Names,
-    /// Every field, `None` where a row may leave it so (`key`, `expires_at`).
-    template: Bound<'py, PyDict>,
-    /// The fields given, all of them: copied into each entry.
-    fields_set: Bound<'py, PySet>,
-    set_type: Bound<'py, PyAny>,
+    setters: [Bound<'py, PyAny>; 4],
+}
+
+/// What one batch shares between its entries: short strings (see `SHARED_STRING_BYTES`) and
+/// the last importance (a `float` is immutable too).
+#[derive(Default)]
+struct Shared<'py> {
+    strings: FxHashMap<Box<str>, Bound<'py, PyString>>,
+    importance: Option<(u64, Bound<'py, PyFloat>)>,
+}
+
+impl<'py> Shared<'py> {
+    fn string(&mut self, py: Python<'py>, s: &str) -> Bound<'py, PyString> {
+        if s.len() > SHARED_STRING_BYTES {
+            return PyString::new(py, s);
+        }
+        if let Some(found) = self.strings.get(s) {
+            return found.clone();
+        }
+        let made = PyString::new(py, s);
+        if self.strings.len() < SHARED_STRINGS {
+            self.strings.insert(s.into(), made.clone());
+        }
+        made
+    }
+
+    fn float(&mut self, py: Python<'py>, value: f64) -> Bound<'py, PyFloat> {
+        let bits = value.to_bits();
+        match &self.importance {
+            Some((last, made)) if *last == bits => made.clone(),
+            _ => {
+                let made = PyFloat::new(py, value);
+                self.importance = Some((bits, made.clone()));
+                made
+            }
+        }
+    }
 }
 
 impl<'py> Kit<'py> {
@@ -93,38 +178,45 @@ impl<'py> Kit<'py> {
             ));
         }
         let py = kit.py();
-        let names = names(py)?;
-        let template = PyDict::new(py);
-        for field in &names.fields {
-            template.set_item(field.bind(py), py.None())?;
-        }
-        let fields_set = PySet::new(py, names.fields.iter().map(|s| s.bind(py)))?;
+        let cls = kit.get_item(0)?;
+        let cached = SETTERS.get_or_try_init(py, || {
+            Ok::<_, PyErr>((cls.clone().unbind(), slot_setters(&cls)?.map(Bound::unbind)))
+        })?;
+        let setters = if cached.0.bind(py).is(&cls) {
+            cached.1.each_ref().map(|s| s.bind(py).clone())
+        } else {
+            slot_setters(&cls)?
+        };
+        let scopes = kit
+            .get_item(1)?
+            .cast_into::<PyDict>()?
+            .iter()
+            .map(|(value, member)| Ok((value.extract::<String>()?, member)))
+            .collect::<PyResult<_>>()?;
         Ok(Self {
-            cls: kit.get_item(0)?,
-            scopes: kit.get_item(1)?.cast_into::<PyDict>()?,
+            cls,
+            scopes,
             from_iso: kit.get_item(2)?,
             from_timestamp: kit.get_item(3)?,
             utc: kit.get_item(4)?,
-            names,
-            template,
-            fields_set,
-            set_type: py.get_type::<PySet>().into_any(),
+            names: names(py)?,
+            setters,
         })
     }
 
     /// The entry for `row`, or `None` when the row is left to `row_to_entry`.
-    fn entry(&self, row: &Row) -> PyResult<Option<Bound<'py, PyAny>>> {
+    fn entry(&self, row: &Row, shared: &mut Shared<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
         let py = self.cls.py();
         if row.version < 0 {
             return Ok(None);
         }
-        let Some(scope) = self.scopes.get_item(row.scope.as_str())? else {
+        let Some((_, scope)) = self.scopes.iter().find(|(value, _)| *value == row.scope) else {
             return Ok(None);
         };
-        let Some(content) = parse_json(py, &row.content) else {
+        let Some(content) = parse_json(py, &row.content, shared) else {
             return Ok(None);
         };
-        let Some(metadata) = parse_json(py, &row.metadata) else {
+        let Some(metadata) = parse_json(py, &row.metadata, shared) else {
             return Ok(None);
         };
         let Ok(created_at) = self.from_iso.call1((row.created_at.as_str(),)) else {
@@ -139,7 +231,7 @@ impl<'py> Kit<'py> {
         };
         let n = self.names;
         // A copy of the template keeps the field order and needs no resize.
-        let values = self.template.copy()?;
+        let values = n.template.bind(py).copy()?;
         let f = &n.fields;
         values.set_item(f[0].bind(py), PyString::new(py, &row.entry_id))?;
         values.set_item(f[1].bind(py), scope)?;
@@ -152,21 +244,20 @@ impl<'py> Kit<'py> {
         if let Some(at) = expires_at {
             values.set_item(f[6].bind(py), at)?;
         }
-        values.set_item(f[7].bind(py), PyFloat::new(py, row.importance))?;
+        values.set_item(f[7].bind(py), shared.float(py, row.importance))?;
         values.set_item(f[8].bind(py), row.version)?;
         let entry = n.object_new.bind(py).call1((&self.cls,))?;
-        let setattr = n.object_setattr.bind(py);
-        setattr.call1((&entry, n.dict.bind(py), values))?;
-        let fields_set = self.set_type.call1((&self.fields_set,))?;
-        setattr.call1((&entry, n.fields_set.bind(py), fields_set))?;
-        setattr.call1((&entry, n.extra.bind(py), py.None()))?;
-        setattr.call1((&entry, n.private.bind(py), py.None()))?;
+        let [dict, fields_set, extra, private] = &self.setters;
+        dict.call1((&entry, values))?;
+        fields_set.call1((&entry, n.fields_set.bind(py).bitor(n.empty.bind(py))?))?;
+        extra.call1((&entry, py.None()))?;
+        private.call1((&entry, py.None()))?;
         Ok(Some(entry))
     }
 
     /// The entry for `row`, or the row itself as a tuple for `row_to_entry`.
     pub fn entry_or_row(&self, row: Row) -> PyResult<Bound<'py, PyAny>> {
-        match self.entry(&row)? {
+        match self.entry(&row, &mut Shared::default())? {
             Some(entry) => Ok(entry),
             None => Ok(row.into_pyobject(self.cls.py())?.into_any()),
         }
@@ -180,27 +271,40 @@ impl<'py> Kit<'py> {
     /// list, so the collections the allocations would trigger find nothing, yet cost as much
     /// as the build. Nothing else runs meanwhile: building calls no Python code that could
     /// release the GIL.
+    ///
+    /// Resuming the collector as is would still cost one young collection over the whole
+    /// batch (every object made counts towards the next one), a third of a bulk load's time,
+    /// to find again that the list holds it all. So when nothing is frozen, `gc.freeze()`
+    /// then `gc.unfreeze()` move every tracked object, the batch with them, to the oldest
+    /// generation instead (two list splices, no traversal) and zero the young counts. Only
+    /// that changes: cyclic garbage the program left in the young generations is collected
+    /// by the next full collection rather than a young one. When objects are frozen (a
+    /// program that froze its start-up state keeps it so), the collector resumes as is.
     pub fn entries(&self, rows: Vec<Row>) -> PyResult<(Bound<'py, PyList>, Vec<usize>)> {
         let py = self.cls.py();
-        let gc = &self.names.gc;
-        let paused =
-            rows.len() > GC_PAUSE_ROWS && gc.call_method0(py, "isenabled")?.is_truthy(py)?;
+        let gc = self.names.gc.bind(py);
+        let paused = rows.len() > GC_PAUSE_ROWS && gc.call_method0("isenabled")?.is_truthy()?;
         if paused {
-            gc.call_method0(py, "disable")?;
+            gc.call_method0("disable")?;
         }
         let built = self.build_all(rows);
         if paused {
-            gc.call_method0(py, "enable")?;
+            if gc.call_method0("get_freeze_count")?.extract::<usize>()? == 0 {
+                gc.call_method0("freeze")?;
+                gc.call_method0("unfreeze")?;
+            }
+            gc.call_method0("enable")?;
         }
         built
     }
 
     fn build_all(&self, rows: Vec<Row>) -> PyResult<(Bound<'py, PyList>, Vec<usize>)> {
         let py = self.cls.py();
+        let mut shared = Shared::default();
         let mut odd = Vec::new();
         let mut items = Vec::with_capacity(rows.len());
         for (i, row) in rows.into_iter().enumerate() {
-            if let Some(entry) = self.entry(&row)? {
+            if let Some(entry) = self.entry(&row, &mut shared)? {
                 items.push(entry);
             } else {
                 odd.push(i);
@@ -214,12 +318,17 @@ impl<'py> Kit<'py> {
 /// `json.loads(text)` for the JSON `json.dumps` writes, or `None` for anything else: syntax
 /// errors, `NaN` and the infinities, integers outside i64, lone surrogates, control
 /// characters in strings, nesting deeper than `MAX_DEPTH`.
-pub fn parse_json<'py>(py: Python<'py>, text: &str) -> Option<Bound<'py, PyAny>> {
+fn parse_json<'py>(
+    py: Python<'py>,
+    text: &str,
+    shared: &mut Shared<'py>,
+) -> Option<Bound<'py, PyAny>> {
     let mut parser = Parser {
         py,
         bytes: text.as_bytes(),
         text,
         pos: 0,
+        shared,
     };
     parser.skip_ws();
     let value = parser.value(0)?;
@@ -232,6 +341,7 @@ struct Parser<'py, 'a> {
     bytes: &'a [u8],
     text: &'a str,
     pos: usize,
+    shared: &'a mut Shared<'py>,
 }
 
 impl<'py> Parser<'py, '_> {
@@ -405,7 +515,7 @@ impl<'py> Parser<'py, '_> {
                 b'"' => {
                     let s = &self.text[start..self.pos];
                     self.pos += 1;
-                    return Some(PyString::new(self.py, s));
+                    return Some(self.shared.string(self.py, s));
                 }
                 b'\\' => break,
                 c if c < 0x20 => return None,

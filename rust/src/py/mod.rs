@@ -28,6 +28,10 @@ fn guard<'a, T>(lock: LockResult<MutexGuard<'a, T>>, class: &str) -> PyResult<Mu
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", crate::VERSION)?;
+    m.add(
+        "ENTRY_FIELDS",
+        pyo3::types::PyTuple::new(m.py(), entries::FIELDS)?,
+    )?;
     m.add_class::<tokens::Encoder>()?;
     m.add_class::<budget::BudgetLedger>()?;
     m.add_class::<memory_table::MemoryTable>()?;
