@@ -24,6 +24,7 @@ from pydantic_ai.messages import (
 import memlane.conversation.plan
 import memlane.conversation.snapshot
 import memlane.conversation.state
+import memlane.conversation.summaries
 import memlane.working
 from memlane import ConversationMemory, InMemoryStore, MemoryManager, SQLiteStore, TokenEstimator
 from memlane._locks import HybridLock
@@ -202,6 +203,7 @@ def deterministic(monkeypatch: pytest.MonkeyPatch) -> Callable[[], None]:
 
         for module in (
             memlane.conversation.plan,
+            memlane.conversation.summaries,
             memlane.conversation.state,
             memlane.conversation.snapshot,
             memlane.working,

@@ -2,7 +2,10 @@
 
 - :mod:`~memlane.conversation.memory`: the public :class:`ConversationMemory`.
 - :mod:`~memlane.conversation.plan`: its logic, as I/O-free plans run by a sync and an
-  async runner.
+  async runner: adding turns and importing here, a conversation's life on the store
+  (loading, catching up with other hosts, expiry, clearing) in
+  :mod:`~memlane.conversation.lifecycle`, summaries and fact extraction in
+  :mod:`~memlane.conversation.summaries`.
 - :mod:`~memlane.conversation.state`: one conversation in memory and its store entries.
 - :mod:`~memlane.conversation.snapshot`: export and import.
 """

@@ -14,8 +14,8 @@ import logging
 from typing import Any
 
 from memlane._runner import Plan, Summarize, run_async, run_sync
+from memlane.conversation.lifecycle import check_cid
 from memlane.conversation.memory import ConversationMemory
-from memlane.conversation.plan import check_cid
 from memlane.conversation.strategies import DensitySummarizer
 from memlane.strategies import (
     Interaction,

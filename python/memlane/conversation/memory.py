@@ -36,10 +36,10 @@ from memlane._runner import (
     sync_method,
 )
 from memlane._validate import check_positive_int, check_str, check_ttl
+from memlane.conversation.lifecycle import check_cid
 from memlane.conversation.plan import (
     ConversationLogic,
     NewTurn,
-    check_cid,
     check_summary_room,
     default_threshold,
 )

@@ -1,0 +1,350 @@
+"""A conversation's life on the store: the cache, loading and catching up, expiry, clearing.
+
+The part of :class:`~memlane.conversation.plan.ConversationLogic` that keeps the cached
+state of each conversation equal to what the store holds, whichever host wrote it: every
+plan starts with :meth:`ConversationLifecycle._coherent_plan` (one indexed range read when
+nothing changed). A conversation idle past its ttl is removed; one cleared by any host is
+cleared for all (see :func:`~memlane.conversation.state.clear_entry`).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+from memlane._locks import HybridLock, LockTable
+from memlane._runner import Plan, Release, StoreCall, Summarizer
+from memlane._validate import check_identifier
+from memlane.conversation.state import (
+    INDEX_NAMESPACE,
+    LOG_PREFIX,
+    LOG_STOP,
+    ConversationState,
+    apply_event,
+    clear_entry,
+    cleared_at,
+    index_entry,
+    log_key,
+    namespace,
+    new_ledger,
+    restore,
+    transcript_namespace,
+)
+from memlane.errors import ConversationNotFoundError
+from memlane.tokens import TokenEstimator
+from memlane.types import MemoryEntry
+
+T = TypeVar("T")
+
+
+def check_cid(conversation_id: object) -> str:
+    """A conversation id: a non-empty ``str`` without NUL."""
+    return check_identifier(conversation_id, "conversation_id")
+
+
+def _generation(index: MemoryEntry) -> str | None:
+    """The life of a conversation its index entry names (``None``: written before lives)."""
+    content = index.content
+    generation = content.get("generation") if isinstance(content, dict) else None
+    return generation if isinstance(generation, str) else None
+
+
+class ConversationLifecycle:
+    """Per-conversation states, their locks, and the plans that load, expire and clear them.
+
+    Subclasses supply ``max_tokens``, ``summarize_threshold``, ``estimator``,
+    ``summarizer``, whether the store outlives the process, whether summaries run in the
+    background and how many conversations to keep cached.
+    """
+
+    max_tokens: int
+    summarize_threshold: int
+    estimator: TokenEstimator
+    summarizer: Summarizer | None
+    summarize_in_background: bool
+    retain_transcript: bool
+    conversation_ttl: float | None  # seconds a conversation may stay idle; None: forever
+    long_term_strategy: Any  # a SummarizerStrategy or NeuralyzerStrategy, or None
+    max_cached_conversations: int
+    fact_extractor: Any  # a memlane.longterm.FactExtractor (apply / async_apply), or None
+    long_term: Any  # the LongTermMemory extracted facts are remembered in
+    fact_scope: Any
+    fact_scope_id: str | None
+    _extracting: set[Any]  # extraction jobs (Future or Task) not yet known to be done
+    _jobs_guard: threading.Lock  # guards _extracting: jobs start and end in any thread
+    _persistent: bool
+    _states: OrderedDict[str, ConversationState]
+    _locks: LockTable
+    _pending: dict[str, Any]  # conversation id -> its background summary (Future or Task)
+    _count_texts: Callable[[list[str]], list[int]]
+
+    # ------------------------------------------------------------------ locking and caching
+
+    def _locked(self, cid: str) -> Plan[HybridLock]:
+        """Takes the conversation's lock: the one the table holds once it is taken.
+
+        A bounded cache drops idle locks, so a caller can take a lock that was dropped (and
+        replaced) while it queued; it then lets go and takes the current one.
+        """
+        lock = self._locks[cid]
+        yield lock
+        while self._locks.get(cid) is not lock:
+            yield Release(lock)
+            lock = self._locks[cid]
+            yield lock
+        return lock
+
+    def _keep(self, cid: str, state: ConversationState) -> None:
+        """Caches ``state``; on a persistent store, evicts the least recently used beyond
+        ``max_cached_conversations`` (what is evicted is in the store already)."""
+        states = self._states
+        states[cid] = state
+        if not self._persistent or len(states) <= self.max_cached_conversations:
+            return
+        while len(states) > self.max_cached_conversations:
+            states.popitem(last=False)
+        locks = self._locks
+        if len(locks) > 2 * self.max_cached_conversations + 64:  # amortised: O(1) per load
+            for key, lock in list(locks.items()):
+                if key not in states and lock.idle() and key not in self._pending:
+                    locks.pop(key, None)
+
+    # ------------------------------------------------------------------ loading
+
+    def _coherent_plan(self, cid: str, *, create: bool) -> Plan[ConversationState | None]:
+        """The conversation as the store holds it now (created if asked; ``None`` if unknown).
+
+        A cached state is caught up with what other hosts committed; on a store that is not
+        persisted the cache is the store.
+        """
+        state = self._states.get(cid)
+        if state is not None and state.expires_at is not None and state.expires_at <= time.time():
+            state = yield from self._still_alive_plan(cid, state)
+        if not self._persistent:
+            if state is None and create:
+                state = self._states[cid] = ConversationState(new_ledger(self.max_tokens))
+                yield from self._touch_plan(cid, state)
+            return state
+        if state is None:
+            return (yield from self._load_plan(cid, create=create))
+        self._states.move_to_end(cid)
+        return (yield from self._catch_up_plan(cid, state, create=create))
+
+    def _still_alive_plan(
+        self, cid: str, state: ConversationState
+    ) -> Plan[ConversationState | None]:
+        """``state`` if the conversation is not idle past its ttl after all, else ``None``.
+
+        Another host may have kept it alive: its index entry, which every turn saves again,
+        says. If that host found it expired and started it again, the entry names another
+        generation: the cache is dropped and the new life read afresh. If nobody kept it
+        alive, it is removed from the store.
+        """
+        if self._persistent:
+            index: MemoryEntry | None = yield StoreCall("load_by_key", (INDEX_NAMESPACE, cid))
+            if index is not None:
+                if _generation(index) != state.generation:
+                    self._states.pop(cid, None)
+                    return None
+                state.expires_at = (
+                    None if index.expires_at is None else index.expires_at.timestamp()
+                )
+                return state
+        yield from self._expire_plan(cid)
+        return None
+
+    def _expire_plan(self, cid: str) -> Plan[bool]:
+        """Removes a conversation idle past its ttl: turns, summary, transcript, index entry.
+
+        Returns whether there was a conversation to remove (not just what a clear left).
+        A conversation cleared less than a ttl ago keeps its clear event: a host that cached
+        it before the clear, and whose cache has not yet expired, learns of the clear only
+        from that event.
+        """
+        self._states.pop(cid, None)
+        if self.retain_transcript or self._persistent:
+            yield StoreCall("clear", (transcript_namespace(cid),))
+        if not self._persistent:
+            return True
+        entries: list[MemoryEntry] = yield StoreCall("load", (namespace(cid),))
+        if not self._recently_cleared(entries):
+            yield StoreCall("clear", (namespace(cid),))
+        # An expired index entry is not loadable, but deletable by id.
+        yield StoreCall("delete", (INDEX_NAMESPACE, index_entry(cid).entry_id))
+        return cleared_at(entries) is None
+
+    def _recently_cleared(self, entries: list[MemoryEntry]) -> bool:
+        """Whether ``entries`` hold a conversation cleared less than a ttl ago, nothing since."""
+        at = cleared_at(entries)
+        if at is None:
+            return False
+        ttl = self.conversation_ttl
+        return ttl is None or at.timestamp() + ttl > time.time()
+
+    def _touch_plan(self, cid: str, state: ConversationState) -> Plan[None]:
+        """Pushes the conversation's expiry a ttl past now (nothing without a ttl)."""
+        if self.conversation_ttl is None:
+            return
+        now = time.time()
+        state.expires_at = now + self.conversation_ttl
+        if self._persistent:
+            until = datetime.fromtimestamp(state.expires_at, UTC)
+            if state.generation is None:
+                state.generation = uuid.uuid4().hex
+            entry = index_entry(cid, until, state.generation)
+            yield StoreCall("save", (INDEX_NAMESPACE, entry))
+
+    def _load_plan(self, cid: str, *, create: bool) -> Plan[ConversationState | None]:
+        """Loads a conversation from the store and caches it (created if asked)."""
+        ns = namespace(cid)
+        entries: list[MemoryEntry] = yield StoreCall("load", (ns,))
+        # Entries that end in a clear hold no conversation, but keep its log position.
+        holds = bool(entries) and cleared_at(entries) is None
+        index: MemoryEntry | None = None
+        if self.conversation_ttl is not None or not holds:
+            index = yield StoreCall("load_by_key", (INDEX_NAMESPACE, cid))
+        if self.conversation_ttl is not None and holds and index is None:
+            # Idle past its ttl (its index entry expired): what is left of it goes.
+            yield from self._expire_plan(cid)
+            entries, holds = [], False
+        known = holds or index is not None
+        state, leftovers = restore(entries, self.max_tokens)
+        for entry_id in leftovers:
+            yield StoreCall("delete", (ns, entry_id))
+        if not known and not create:
+            return None
+        if index is not None:
+            state.generation = _generation(index)
+            if index.expires_at is not None:
+                state.expires_at = index.expires_at.timestamp()
+        if not known:
+            yield StoreCall("save", (INDEX_NAMESPACE, index_entry(cid)))
+            yield from self._touch_plan(cid, state)
+        self._keep(cid, state)
+        return state
+
+    def _catch_up_plan(
+        self, cid: str, state: ConversationState, *, create: bool
+    ) -> Plan[ConversationState | None]:
+        """``state`` with every event committed after it applied: one range read if none.
+
+        ``None`` when another host cleared the conversation and ``create`` is false.
+        """
+        events: list[MemoryEntry] = yield StoreCall(
+            "load_range", (namespace(cid), log_key(state.head), LOG_STOP)
+        )
+        for event in events:
+            if not apply_event(state, event):
+                # This host missed events that a summary has since compacted away, or the
+                # conversation was cleared: what the store keeps is the conversation now.
+                self._states.pop(cid, None)
+                return (yield from self._load_plan(cid, create=create))
+        return state
+
+    def _read_plan(
+        self, conversation_id: str, read: Callable[[ConversationState | None], T]
+    ) -> Plan[T]:
+        """``read(state)`` under the conversation's lock (``state`` is ``None`` if unknown)."""
+        cid = check_cid(conversation_id)
+        yield from self._locked(cid)
+        state = yield from self._coherent_plan(cid, create=False)
+        return read(state)
+
+    def _existing_plan(self, cid: str) -> Plan[ConversationState]:
+        """The state of a conversation that must exist."""
+        state = yield from self._coherent_plan(cid, create=False)
+        if state is None:
+            raise ConversationNotFoundError(f"unknown conversation_id {cid!r}")
+        return state
+
+    # ------------------------------------------------------------------ forgetting
+
+    def _clear_plan(self, cid: str) -> Plan[None]:
+        """Forgets a conversation; on a shared store, for every host that cached it too.
+
+        A clear event is appended to the log (see :func:`clear_entry`) before anything is
+        deleted: hosts that cached the conversation find it with their next read and start
+        again from it, and turns other hosts add afterwards follow it in the log instead of
+        reusing positions a cache still holds. The index entry goes first, so a turn added
+        after the clear lists the conversation again.
+        """
+        if not self._persistent:
+            self._states.pop(cid, None)
+            if self.retain_transcript:
+                yield StoreCall("clear", (transcript_namespace(cid),))
+            return
+        index: MemoryEntry | None = yield StoreCall("load_by_key", (INDEX_NAMESPACE, cid))
+        if index is not None:
+            yield StoreCall("delete", (INDEX_NAMESPACE, index.entry_id))
+        state = yield from self._coherent_plan(cid, create=False)
+        ns = namespace(cid)
+        while state is not None:
+            clear = clear_entry(state.head)
+            if (yield StoreCall("save_if", (ns, clear, None))):
+                # Only what precedes the clear: a turn another host appends after it stays.
+                entries: list[MemoryEntry] = yield StoreCall("load", (ns,))
+                assert clear.key is not None
+                for entry in entries:
+                    key = entry.key or ""
+                    if not (key.startswith(LOG_PREFIX) and key >= clear.key):
+                        yield StoreCall("delete", (ns, entry.entry_id))
+                break
+            state = yield from self._catch_up_plan(cid, state, create=False)
+        self._states.pop(cid, None)
+        yield StoreCall("clear", (transcript_namespace(cid),))
+
+    def _cleanup_plan(self) -> Plan[int]:
+        """Expires every conversation idle past the ttl, each under its own lock."""
+        if self.conversation_ttl is None:
+            return 0
+        now = time.time()
+        if not self._persistent:
+            candidates = [
+                cid
+                for cid, state in self._states.items()
+                if state.expires_at is not None and state.expires_at <= now
+            ]
+        else:
+            names: list[str] = yield StoreCall("namespaces", ())
+            alive = set((yield from self._ids_plan()))
+            candidates = []
+            for name in names:
+                for prefix in (namespace(""), transcript_namespace("")):
+                    if name.startswith(prefix) and name[len(prefix) :] not in alive:
+                        candidates.append(name[len(prefix) :])
+            candidates = list(dict.fromkeys(candidates))
+        removed = 0
+        for cid in candidates:
+            lock = yield from self._locked(cid)
+            state = self._states.get(cid)
+            if self._persistent:
+                index: MemoryEntry | None = yield StoreCall("load_by_key", (INDEX_NAMESPACE, cid))
+                if index is None:
+                    removed += bool((yield from self._expire_plan(cid)))
+                elif state is not None and _generation(index) != state.generation:
+                    self._states.pop(cid, None)  # a new life began elsewhere: read it afresh
+            elif state is not None:
+                yield from self._expire_plan(cid)
+                removed += 1
+            yield Release(lock)
+        return removed
+
+    def _ids_plan(self) -> Plan[list[str]]:
+        now = time.time()
+        cached = [
+            cid
+            for cid, state in self._states.items()
+            if state.expires_at is None or state.expires_at > now
+        ]
+        if not self._persistent:
+            return cached
+        entries: list[MemoryEntry] = yield StoreCall("load", (INDEX_NAMESPACE,))
+        stored = [e.key for e in entries if e.key is not None]
+        if self.conversation_ttl is not None:  # the store's index knows every host's activity
+            return list(dict.fromkeys(stored))
+        return list(dict.fromkeys([*stored, *cached]))
