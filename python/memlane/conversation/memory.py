@@ -527,7 +527,15 @@ class ConversationMemory(ConversationLogic):
     # ------------------------------------------------------------------ forgetting
 
     def _clear(self, conversation_id: str) -> Plan[None]:
-        """Forgets a conversation, in memory and in the store."""
+        """Forgets a conversation, in memory and in the store, for every host.
+
+        On a store other hosts share, one small entry records the clear: a host that had
+        the conversation cached learns of it from there at its next read, and turns added
+        afterwards, by any host, start a new conversation numbered from 0. With a
+        ``conversation_ttl``, :meth:`cleanup_expired` removes that entry a ttl after the
+        clear; without one it stays (a cache may hold the conversation for as long as the
+        host runs).
+        """
         cid = check_cid(conversation_id)
         yield from self._locked(cid)
         yield from self._clear_plan(cid)
