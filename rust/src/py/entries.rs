@@ -16,7 +16,7 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyFrozenSet, PyList, PySet, PyString, PyTuple};
 use rustc_hash::FxHashMap;
 
-use crate::store::sqlite::Row;
+use crate::store::sqlite::{Packed, Row, RowRef};
 
 /// The nine fields of `MemoryEntry`, in declaration order (the order of `model_construct`'s
 /// `__dict__`); `memlane._core.ENTRY_FIELDS`, which a test holds equal to
@@ -137,13 +137,13 @@ pub struct Kit<'py> {
 /// What one batch shares between its entries: short strings (see `SHARED_STRING_BYTES`) and
 /// the last importance (a `float` is immutable too).
 #[derive(Default)]
-struct Shared<'py> {
-    strings: FxHashMap<Box<str>, Bound<'py, PyString>>,
+struct Shared<'py, 'a> {
+    strings: FxHashMap<&'a str, Bound<'py, PyString>>,
     importance: Option<(u64, Bound<'py, PyFloat>)>,
 }
 
-impl<'py> Shared<'py> {
-    fn string(&mut self, py: Python<'py>, s: &str) -> Bound<'py, PyString> {
+impl<'py, 'a> Shared<'py, 'a> {
+    fn string(&mut self, py: Python<'py>, s: &'a str) -> Bound<'py, PyString> {
         if s.len() > SHARED_STRING_BYTES {
             return PyString::new(py, s);
         }
@@ -152,7 +152,7 @@ impl<'py> Shared<'py> {
         }
         let made = PyString::new(py, s);
         if self.strings.len() < SHARED_STRINGS {
-            self.strings.insert(s.into(), made.clone());
+            self.strings.insert(s, made.clone());
         }
         made
     }
@@ -205,7 +205,11 @@ impl<'py> Kit<'py> {
     }
 
     /// The entry for `row`, or `None` when the row is left to `row_to_entry`.
-    fn entry(&self, row: &Row, shared: &mut Shared<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
+    fn entry<'a>(
+        &self,
+        row: RowRef<'a>,
+        shared: &mut Shared<'py, 'a>,
+    ) -> PyResult<Option<Bound<'py, PyAny>>> {
         let py = self.cls.py();
         if row.version < 0 {
             return Ok(None);
@@ -213,13 +217,13 @@ impl<'py> Kit<'py> {
         let Some((_, scope)) = self.scopes.iter().find(|(value, _)| *value == row.scope) else {
             return Ok(None);
         };
-        let Some(content) = parse_json(py, &row.content, shared) else {
+        let Some(content) = parse_json(py, row.content, shared) else {
             return Ok(None);
         };
-        let Some(metadata) = parse_json(py, &row.metadata, shared) else {
+        let Some(metadata) = parse_json(py, row.metadata, shared) else {
             return Ok(None);
         };
-        let Ok(created_at) = self.from_iso.call1((row.created_at.as_str(),)) else {
+        let Ok(created_at) = self.from_iso.call1((row.created_at,)) else {
             return Ok(None);
         };
         let expires_at = match row.expires_at {
@@ -233,9 +237,9 @@ impl<'py> Kit<'py> {
         // A copy of the template keeps the field order and needs no resize.
         let values = n.template.bind(py).copy()?;
         let f = &n.fields;
-        values.set_item(f[0].bind(py), PyString::new(py, &row.entry_id))?;
+        values.set_item(f[0].bind(py), PyString::new(py, row.entry_id))?;
         values.set_item(f[1].bind(py), scope)?;
-        if let Some(key) = &row.key {
+        if let Some(key) = row.key {
             values.set_item(f[2].bind(py), PyString::new(py, key))?;
         }
         values.set_item(f[3].bind(py), content)?;
@@ -257,7 +261,7 @@ impl<'py> Kit<'py> {
 
     /// The entry for `row`, or the row itself as a tuple for `row_to_entry`.
     pub fn entry_or_row(&self, row: Row) -> PyResult<Bound<'py, PyAny>> {
-        match self.entry(&row, &mut Shared::default())? {
+        match self.entry(row.as_ref(), &mut Shared::default())? {
             Some(entry) => Ok(entry),
             None => Ok(row.into_pyobject(self.cls.py())?.into_any()),
         }
@@ -280,7 +284,7 @@ impl<'py> Kit<'py> {
     /// that changes: cyclic garbage the program left in the young generations is collected
     /// by the next full collection rather than a young one. When objects are frozen (a
     /// program that froze its start-up state keeps it so), the collector resumes as is.
-    pub fn entries(&self, rows: Vec<Row>) -> PyResult<(Bound<'py, PyList>, Vec<usize>)> {
+    pub fn entries(&self, rows: &Packed) -> PyResult<(Bound<'py, PyList>, Vec<usize>)> {
         let py = self.cls.py();
         let gc = self.names.gc.bind(py);
         let paused = rows.len() > GC_PAUSE_ROWS && gc.call_method0("isenabled")?.is_truthy()?;
@@ -298,17 +302,17 @@ impl<'py> Kit<'py> {
         built
     }
 
-    fn build_all(&self, rows: Vec<Row>) -> PyResult<(Bound<'py, PyList>, Vec<usize>)> {
+    fn build_all(&self, rows: &Packed) -> PyResult<(Bound<'py, PyList>, Vec<usize>)> {
         let py = self.cls.py();
         let mut shared = Shared::default();
         let mut odd = Vec::new();
         let mut items = Vec::with_capacity(rows.len());
-        for (i, row) in rows.into_iter().enumerate() {
-            if let Some(entry) = self.entry(&row, &mut shared)? {
+        for (i, row) in rows.iter().enumerate() {
+            if let Some(entry) = self.entry(row, &mut shared)? {
                 items.push(entry);
             } else {
                 odd.push(i);
-                items.push(row.into_pyobject(py)?.into_any());
+                items.push(row.to_row().into_pyobject(py)?.into_any());
             }
         }
         Ok((PyList::new(py, items)?, odd))
@@ -318,10 +322,10 @@ impl<'py> Kit<'py> {
 /// `json.loads(text)` for the JSON `json.dumps` writes, or `None` for anything else: syntax
 /// errors, `NaN` and the infinities, integers outside i64, lone surrogates, control
 /// characters in strings, nesting deeper than `MAX_DEPTH`.
-fn parse_json<'py>(
+fn parse_json<'py, 'a>(
     py: Python<'py>,
-    text: &str,
-    shared: &mut Shared<'py>,
+    text: &'a str,
+    shared: &mut Shared<'py, 'a>,
 ) -> Option<Bound<'py, PyAny>> {
     let mut parser = Parser {
         py,
@@ -336,15 +340,15 @@ fn parse_json<'py>(
     (parser.pos == parser.bytes.len()).then_some(value)
 }
 
-struct Parser<'py, 'a> {
+struct Parser<'py, 'a, 's> {
     py: Python<'py>,
     bytes: &'a [u8],
     text: &'a str,
     pos: usize,
-    shared: &'a mut Shared<'py>,
+    shared: &'s mut Shared<'py, 'a>,
 }
 
-impl<'py> Parser<'py, '_> {
+impl<'py> Parser<'py, '_, '_> {
     fn skip_ws(&mut self) {
         while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.bytes.get(self.pos) {
             self.pos += 1;

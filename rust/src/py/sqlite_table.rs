@@ -210,8 +210,8 @@ impl SqliteTable {
         kit: &Bound<'py, PyTuple>,
     ) -> PyResult<(Bound<'py, PyList>, Vec<usize>)> {
         let kit = Kit::new(kit)?;
-        let rows = self.run(py, |table| table.load(namespace, now))?;
-        kit.entries(rows)
+        let rows = self.run(py, |table| table.load_packed(namespace, now))?;
+        kit.entries(&rows)
     }
 
     /// `load_range` as `(items, odd)`, as `load_entries`.
@@ -225,8 +225,10 @@ impl SqliteTable {
         kit: &Bound<'py, PyTuple>,
     ) -> PyResult<(Bound<'py, PyList>, Vec<usize>)> {
         let kit = Kit::new(kit)?;
-        let rows = self.run(py, |table| table.load_range(namespace, start, stop, now))?;
-        kit.entries(rows)
+        let rows = self.run(py, |table| {
+            table.load_range_packed(namespace, start, stop, now)
+        })?;
+        kit.entries(&rows)
     }
 
     /// `load_by_key` as a `MemoryEntry`, or the row (a tuple) for `row_to_entry`, or `None`.

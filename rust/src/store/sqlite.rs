@@ -137,6 +137,132 @@ pub struct Row {
     pub version: i64,
 }
 
+/// A row's fields borrowed from wherever they were read: a `Row`, or a `Packed` batch.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RowRef<'a> {
+    pub entry_id: &'a str,
+    pub scope: &'a str,
+    pub key: Option<&'a str>,
+    pub content: &'a str,
+    pub metadata: &'a str,
+    pub created_at: &'a str,
+    pub expires_at: Option<f64>,
+    pub importance: f64,
+    pub version: i64,
+}
+
+impl Row {
+    pub fn as_ref(&self) -> RowRef<'_> {
+        RowRef {
+            entry_id: &self.entry_id,
+            scope: &self.scope,
+            key: self.key.as_deref(),
+            content: &self.content,
+            metadata: &self.metadata,
+            created_at: &self.created_at,
+            expires_at: self.expires_at,
+            importance: self.importance,
+            version: self.version,
+        }
+    }
+}
+
+impl RowRef<'_> {
+    pub fn to_row(&self) -> Row {
+        Row {
+            entry_id: self.entry_id.to_owned(),
+            scope: self.scope.to_owned(),
+            key: self.key.map(str::to_owned),
+            content: self.content.to_owned(),
+            metadata: self.metadata.to_owned(),
+            created_at: self.created_at.to_owned(),
+            expires_at: self.expires_at,
+            importance: self.importance,
+            version: self.version,
+        }
+    }
+}
+
+/// Rows read into one buffer, each text field a range of it: a namespace is read with a few
+/// growing allocations instead of six strings per row (made, then freed, once building
+/// entries from them is done).
+#[derive(Debug, Default)]
+pub struct Packed {
+    text: String,
+    rows: Vec<PackedRow>,
+}
+
+#[derive(Debug)]
+struct PackedRow {
+    /// Where `entry_id`, `scope`, `key`, `content`, `metadata` and `created_at` end in `text`,
+    /// each starting where the one before ends (the first at the previous row's last end).
+    ends: [usize; 6],
+    has_key: bool,
+    expires_at: Option<f64>,
+    importance: f64,
+    version: i64,
+}
+
+impl Packed {
+    pub fn len(&self) -> usize {
+        self.rows.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
+
+    /// The rows, in the order they were read.
+    pub fn iter(&self) -> impl Iterator<Item = RowRef<'_>> {
+        let mut start = 0;
+        self.rows.iter().map(move |row| {
+            let field = |i: usize| {
+                let from = if i == 0 { start } else { row.ends[i - 1] };
+                &self.text[from..row.ends[i]]
+            };
+            let found = RowRef {
+                entry_id: field(0),
+                scope: field(1),
+                key: if row.has_key { Some(field(2)) } else { None },
+                content: field(3),
+                metadata: field(4),
+                created_at: field(5),
+                expires_at: row.expires_at,
+                importance: row.importance,
+                version: row.version,
+            };
+            start = row.ends[5];
+            found
+        })
+    }
+
+    /// Appends `row` as `read_row` reads it: the same values, the same errors.
+    fn push(&mut self, row: &rusqlite::Row<'_>) -> rusqlite::Result<()> {
+        let mut ends = [0; 6];
+        let mut has_key = true;
+        for (i, end) in ends.iter_mut().enumerate() {
+            let value = row.get_ref(i)?;
+            if i == 2 && value == rusqlite::types::ValueRef::Null {
+                has_key = false;
+            } else if let Ok(text) = value.as_str() {
+                self.text.push_str(text);
+            } else {
+                // Not UTF-8 text: `get` says so in the words `read_row`'s `get` uses.
+                row.get::<_, String>(i)?;
+            }
+            *end = self.text.len();
+        }
+        self.rows.push(PackedRow {
+            ends,
+            has_key,
+            expires_at: row.get(6)?,
+            importance: row.get(7)?,
+            version: row.get(8)?,
+        });
+        Ok(())
+    }
+}
+
 const LOAD: &str = "SELECT entry_id, scope, key, content, metadata, created_at, expires_at, importance, version \
     FROM memory_entries WHERE namespace = ? AND (expires_at IS NULL OR expires_at > ?) ORDER BY seq";
 const LOAD_BY_KEY: &str =
@@ -235,6 +361,14 @@ fn read_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Row> {
         importance: row.get(7)?,
         version: row.get(8)?,
     })
+}
+
+fn packed(mut rows: rusqlite::Rows<'_>) -> Result<Packed, Error> {
+    let mut out = Packed::default();
+    while let Some(row) = rows.next()? {
+        out.push(row)?;
+    }
+    Ok(out)
 }
 
 /// The SQLite store on one connection. Not `Sync`: share it behind a mutex.
@@ -419,6 +553,26 @@ impl SqliteTable {
         let mut stmt = self.conn.prepare_cached(LOAD_RANGE)?;
         let rows = stmt.query_map(params![namespace, start, stop, now], read_row)?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// `load_range` into one buffer (see `Packed`).
+    pub fn load_range_packed(
+        &self,
+        namespace: &str,
+        start: &str,
+        stop: &str,
+        now: f64,
+    ) -> Result<Packed, Error> {
+        let mut stmt = self.conn.prepare_cached(LOAD_RANGE)?;
+        let rows = stmt.query(params![namespace, start, stop, now])?;
+        packed(rows)
+    }
+
+    /// `load` into one buffer (see `Packed`).
+    pub fn load_packed(&self, namespace: &str, now: f64) -> Result<Packed, Error> {
+        let mut stmt = self.conn.prepare_cached(LOAD)?;
+        let rows = stmt.query(params![namespace, now])?;
+        packed(rows)
     }
 
     /// Unexpired rows of a namespace, in insertion order.
@@ -732,6 +886,52 @@ mod tests {
             )
             .unwrap();
         assert_eq!(t.load("a", 0.0).unwrap(), [row("1", None, Some(7.0), 1.0)]);
+    }
+
+    fn unpacked(packed: &Packed) -> Vec<Row> {
+        packed.iter().map(|r| r.to_row()).collect()
+    }
+
+    #[test]
+    fn packed_reads_are_the_plain_reads() {
+        let t = memory();
+        t.save("a", &row("1", Some("k"), Some(7.0), 1.0)).unwrap();
+        t.save("a", &row("2", None, None, 0.5)).unwrap();
+        t.save("a", &row("", Some(""), None, 0.0)).unwrap();
+        t.save("a", &row("4", Some("\u{e9}\u{1f600}"), None, 0.25))
+            .unwrap();
+        t.conn
+            .execute(
+                "UPDATE memory_entries SET importance = 1, content = '' WHERE entry_id = '1'",
+                [],
+            )
+            .unwrap();
+        let plain = t.load("a", 0.0).unwrap();
+        assert_eq!(plain.len(), 4);
+        let packed = t.load_packed("a", 0.0).unwrap();
+        assert_eq!((packed.len(), packed.is_empty()), (4, false));
+        assert_eq!(unpacked(&packed), plain);
+        assert_eq!(
+            unpacked(&t.load_range_packed("a", "", "z", 0.0).unwrap()),
+            t.load_range("a", "", "z", 0.0).unwrap()
+        );
+        assert!(t.load_packed("b", 0.0).unwrap().is_empty());
+        for r in &plain {
+            assert_eq!(r.as_ref().to_row(), *r);
+        }
+        // A value that is not UTF-8 text fails as the plain read fails (a number in a TEXT
+        // column is stored as text).
+        for bad in ["CAST(x'61ff62' AS TEXT)", "x'00'", "3"] {
+            t.conn
+                .execute(
+                    &format!("UPDATE memory_entries SET created_at = {bad} WHERE entry_id = '2'"),
+                    [],
+                )
+                .unwrap();
+            let plain = t.load("a", 0.0).map_err(|e| e.to_string());
+            let packed = t.load_packed("a", 0.0).map_err(|e| e.to_string());
+            assert_eq!(packed.map(|p| unpacked(&p)), plain);
+        }
     }
 
     #[test]
