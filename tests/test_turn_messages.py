@@ -305,3 +305,61 @@ def test_turn_entry_reads_back_as_the_turn(tmp_path: Path) -> None:
     entry = state_mod.turn_entry(turn, "e1", 0)
     assert entry.content == turn.model_dump(mode="json")
     assert ConversationTurn.model_validate(entry.content) == turn
+
+
+class TestHistoryKeptFlat:
+    """The history a read returns equals a walk of every turn in the window, whatever joined,
+    left or came back: the flat list kept between reads is only a cache of that walk."""
+
+    @staticmethod
+    def walk(state: ConversationState) -> list[ModelMessage]:
+        expected: list[ModelMessage] = []
+        if state.summary is not None and state.ledger.reserved:
+            expected.append(messages_mod.summary_message(state.summary, state.summary_at))
+        for at, messages in enumerate(state.window):
+            expected.extend(messages if messages is not None else state._decode(at))
+        return expected
+
+    @pytest.mark.parametrize("summarize", [False, True])
+    def test_after_every_change(self, summarize: bool) -> None:
+        lengths = iter([5, 200, 1, 60, 3] * 40)
+
+        def summarizer(turns: list[ConversationTurn]) -> str:
+            # Alternately long and short: a shorter summary gives the window room back.
+            return "summary " + "word " * next(lengths)
+
+        memory = ConversationMemory(
+            max_tokens=400,
+            summarizer=summarizer if summarize else None,
+            summarize_threshold=250 if summarize else None,
+        )
+        for i in range(120):
+            if i % 3:
+                memory.add_turn("c", f"question {i} " + "w " * (i % 17), f"answer {i}")
+            else:
+                messages = turn_messages(i, words=i % 23)
+                memory.add_turn("c", *texts(messages), messages)
+            if i % 4 == 0:  # reads skip some turns: several join at once
+                continue
+            history = memory.get_message_history("c")
+            assert history == self.walk(memory._states["c"])
+            history.append(history[0])  # the caller's list is its own
+            assert memory.get_message_history("c") == self.walk(memory._states["c"])
+        if summarize:
+            assert memory.get_summary("c") is not None
+
+    def test_window_growing_back(self) -> None:
+        """A smaller summary gives the window room for older retained turns again."""
+        state = ConversationState(new_ledger(100))
+        for i in range(12):
+            state.append_record((i, f"q{i}", f"a{i}", 10, AT, None, None), f"e{i}", None)
+        state.set_summary("short", 5, AT)
+        assert state.history() == self.walk(state)
+        state.set_summary("long " * 40, 60, AT)  # the window shrinks from the start
+        assert state.history() == self.walk(state)
+        state.set_summary("short again", 5, AT)  # and grows back
+        grown = state.history()
+        assert grown == self.walk(state)
+        assert len(grown) > 2 * 4  # more turns than fitted beside the long summary
+        state.append_record((12, "q12", "a12", 10, AT, None, None), "e12", None)
+        assert state.history() == self.walk(state)

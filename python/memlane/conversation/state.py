@@ -137,6 +137,9 @@ class ConversationState:
         "entry_ids",
         "expires_at",
         "extracted_upto",
+        "flat",
+        "flat_from",
+        "flat_sizes",
         "generation",
         "head",
         "ledger",
@@ -157,6 +160,12 @@ class ConversationState:
         self.entry_ids: deque[str] = deque()
         self.window: deque[list[ModelMessage] | None] = deque()
         self.window_from = 0
+        # The window's messages in one list, for turns [flat_from, flat_from + len(flat_sizes))
+        # of it, each contributing flat_sizes[i] messages: a history read copies it once and
+        # adds only the turns that joined, instead of walking every turn of the window.
+        self.flat: list[ModelMessage] = []
+        self.flat_sizes: deque[int] = deque()
+        self.flat_from = 0
         self.summary: str | None = None
         self.summary_tokens = 0
         self.summarized_turns = 0  # how many turns the summary covers
@@ -294,12 +303,36 @@ class ConversationState:
 
     def history(self) -> list[ModelMessage]:
         """Summary message first (while it fits), then the window's messages."""
-        history: list[ModelMessage] = []
+        flat = self._window_messages()
         if self.summary is not None and self.ledger.reserved:
-            history.append(summary_message(self.summary, self.summary_at))
-        for at, messages in enumerate(self.window):
-            history.extend(messages if messages is not None else self._decode(at))
-        return history
+            return [summary_message(self.summary, self.summary_at), *flat]
+        return flat.copy()
+
+    def _window_messages(self) -> list[ModelMessage]:
+        """:attr:`flat` brought up to the window: turns that left it dropped, new ones added.
+
+        The window only gains turns at its end and loses them at its start, except when it
+        grows back at the start (a smaller summary): then the list is rebuilt.
+        """
+        flat, sizes = self.flat, self.flat_sizes
+        gone = self.window_from - self.flat_from
+        if gone < 0 or gone > len(sizes):
+            flat.clear()
+            sizes.clear()
+        elif gone:
+            dropped = 0
+            for _ in range(gone):
+                dropped += sizes.popleft()
+            del flat[:dropped]
+        self.flat_from = self.window_from
+        window = self.window
+        for at in range(len(sizes), len(window)):
+            messages = window[at]
+            if messages is None:
+                messages = self._decode(at)
+            flat.extend(messages)
+            sizes.append(len(messages))
+        return flat
 
     def _decode(self, at: int) -> list[ModelMessage]:
         """The messages of window entry ``at``, decoded from its record and kept."""
