@@ -283,7 +283,9 @@ def test_both_builders_set_the_fields_memory_entry_declares() -> None:
 
 
 def test_a_bulk_load_keeps_frozen_objects_frozen(tables: tuple[Any, Any]) -> None:
-    rows = [row(key=f"k{i}", entry_id=f"e{i}") for i in range(200)]
+    """Large batches join the oldest generation by ``gc.freeze()`` and ``gc.unfreeze()``,
+    but only when nothing else is frozen."""
+    rows = [row(key=f"k{i}", entry_id=f"e{i}") for i in range(1100)]
     for table in tables:
         table.clear("n")
         table.save_many("n", rows)
@@ -293,7 +295,7 @@ def test_a_bulk_load_keeps_frozen_objects_frozen(tables: tuple[Any, Any]) -> Non
         frozen = gc.get_freeze_count()
         for table in tables:
             items, _ = table.load_entries("n", 0.0, ENTRY_KIT)
-            assert len(items) == 200
+            assert len(items) == 1100
             assert gc.get_freeze_count() == frozen
     finally:
         gc.unfreeze()

@@ -40,6 +40,9 @@ const MAX_DEPTH: usize = 200;
 /// Batches longer than this are built with the cyclic GC paused (see `Kit::entries`).
 const GC_PAUSE_ROWS: usize = 64;
 
+/// Batches longer than this join the oldest generation once built (see `Kit::entries`).
+const PROMOTE_ROWS: usize = 1000;
+
 /// JSON strings up to this many bytes (object keys, tags, short values) are made once per
 /// batch and shared by every entry that holds them: a `str` is immutable, so only identity
 /// (`is`) can tell, and `json.loads` promises none across calls.
@@ -278,12 +281,15 @@ impl<'py> Kit<'py> {
     ///
     /// Resuming the collector as is would still cost one young collection over the whole
     /// batch (every object made counts towards the next one), a third of a bulk load's time,
-    /// to find again that the list holds it all. So when nothing is frozen, `gc.freeze()`
-    /// then `gc.unfreeze()` move every tracked object, the batch with them, to the oldest
-    /// generation instead (two list splices, no traversal) and zero the young counts. Only
-    /// that changes: cyclic garbage the program left in the young generations is collected
-    /// by the next full collection rather than a young one. When objects are frozen (a
-    /// program that froze its start-up state keeps it so), the collector resumes as is.
+    /// to find again that the list holds it all. So after a batch of more than
+    /// `PROMOTE_ROWS`, when nothing is frozen, `gc.freeze()` then `gc.unfreeze()` move every
+    /// tracked object, the batch with them, to the oldest generation instead (two list
+    /// splices, no traversal) and zero the youngest generation's count. Only that changes:
+    /// cyclic garbage the program left in the young generations (at most what they held, a
+    /// few thousand objects) is collected by the next full collection rather than a young
+    /// one; smaller batches, whose young collection is cheap, leave the generations alone.
+    /// When objects are frozen (a program that froze its start-up state keeps it so), the
+    /// collector resumes as is.
     pub fn entries(&self, rows: &Packed) -> PyResult<(Bound<'py, PyList>, Vec<usize>)> {
         let py = self.cls.py();
         let gc = self.names.gc.bind(py);
@@ -293,7 +299,9 @@ impl<'py> Kit<'py> {
         }
         let built = self.build_all(rows);
         if paused {
-            if gc.call_method0("get_freeze_count")?.extract::<usize>()? == 0 {
+            if rows.len() > PROMOTE_ROWS
+                && gc.call_method0("get_freeze_count")?.extract::<usize>()? == 0
+            {
                 gc.call_method0("freeze")?;
                 gc.call_method0("unfreeze")?;
             }
