@@ -451,3 +451,25 @@ class TestFastTurnConstruction:
         assert fast.model_dump(mode="json") == slow.model_dump(mode="json")
         assert fast.model_fields_set == slow.model_fields_set
         assert ConversationTurn.model_validate(fast.model_dump()) == slow
+
+    def test_entries_equal_to_model_construct(self) -> None:
+        from memlane.types import MemoryEntry, MemoryScope, new_entry, utc_now
+
+        values: dict[str, Any] = {
+            "entry_id": "e1",
+            "scope": MemoryScope.LONG_TERM,
+            "key": "k",
+            "content": {"value": [1, "two"]},
+            "metadata": {"search_text": "k two"},
+            "created_at": utc_now(),
+            "expires_at": None,
+            "importance": 0.8,
+            "version": 0,
+        }
+        assert set(values) == set(MemoryEntry.model_fields)  # every field given
+        fast = new_entry(**values)
+        slow = MemoryEntry.model_construct(**values)
+        assert fast == slow
+        assert fast.model_dump(mode="json") == slow.model_dump(mode="json")
+        assert fast.model_fields_set == slow.model_fields_set
+        assert MemoryEntry.model_validate(fast.model_dump()) == slow

@@ -7,7 +7,7 @@ import functools
 import uuid
 from collections.abc import Generator
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Annotated, Any, cast
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar, cast
 
 from pydantic import (
     BaseModel,
@@ -27,6 +27,8 @@ from pydantic_core import CoreSchema, core_schema, to_json, to_jsonable_python
 
 if TYPE_CHECKING:
     from pydantic_ai.messages import ModelMessage
+
+M = TypeVar("M", bound=BaseModel)
 
 
 def utc_now() -> datetime:
@@ -265,12 +267,29 @@ def new_turn(**values: Any) -> ConversationTurn:
     given: without it, the turn's messages are the two built from its strings, when first
     read.
     """
-    turn = object.__new__(ConversationTurn)
-    object.__setattr__(turn, "__dict__", values)
-    object.__setattr__(turn, "__pydantic_fields_set__", set(_ALL_FIELDS))
-    object.__setattr__(turn, "__pydantic_extra__", None)
-    object.__setattr__(turn, "__pydantic_private__", None)
-    return turn
+    return construct_unchecked(ConversationTurn, values, _ALL_FIELDS)
+
+
+_ENTRY_FIELDS = frozenset(MemoryEntry.model_fields)
+
+
+def new_entry(**values: Any) -> MemoryEntry:
+    """A :class:`MemoryEntry` from already-checked values (every field given), without
+    validation: for entries memlane builds from data it has validated itself. A test holds
+    it equal to ``MemoryEntry.model_construct``."""
+    return construct_unchecked(MemoryEntry, values, _ENTRY_FIELDS)
+
+
+def construct_unchecked(cls: type[M], values: dict[str, Any], fields: frozenset[str]) -> M:
+    """An instance of the pydantic model ``cls`` whose ``__dict__`` is ``values``, with
+    ``fields`` marked as set: ``model_construct`` without its per-field default handling,
+    for values the caller has checked (or memlane wrote itself)."""
+    model = object.__new__(cls)
+    object.__setattr__(model, "__dict__", values)
+    object.__setattr__(model, "__pydantic_fields_set__", set(fields))
+    object.__setattr__(model, "__pydantic_extra__", None)
+    object.__setattr__(model, "__pydantic_private__", None)
+    return model
 
 
 def turn_json(turn: ConversationTurn) -> dict[str, Any]:

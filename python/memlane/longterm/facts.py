@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import json
+import uuid
 from typing import Any, ClassVar
 
 from pydantic import ValidationError
@@ -45,7 +46,7 @@ from memlane.longterm.model import (
 )
 from memlane.stores import MemoryStore
 from memlane.stores.protocol import SEARCH_TEXT
-from memlane.types import MemoryEntry, MemoryScope, utc_now
+from memlane.types import MemoryEntry, MemoryScope, new_entry, utc_now
 
 __all__ = ["MEMORY_TYPES", "FactsMixin", "check_ids", "check_scope", "fact_namespace"]
 
@@ -108,9 +109,22 @@ def _check_key(key: object) -> str:
     return check_identifier(key, "key")
 
 
+_SCALARS = (str, int, float)
+_PLAIN_SCALARS = (str, int, float, bool)
+
+
 def _same_value(a: Any, b: Any) -> bool:
     """JSON equality: ``1`` and ``True`` differ, key order does not matter."""
+    if type(a) is type(b) and type(a) in _SCALARS:  # the common case, without two dumps
+        return bool(a == b)
     return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+
+
+def _plain_copy(value: Any) -> Any:
+    """A checked JSON value as stored: its own copy, tuples as lists (scalars as they are)."""
+    if type(value) in _PLAIN_SCALARS or value is None:
+        return value
+    return json.loads(json.dumps(value))
 
 
 def _fact(entry: MemoryEntry, where: str) -> Fact:
@@ -122,16 +136,18 @@ def _fact(entry: MemoryEntry, where: str) -> Fact:
 
 def _entry(fact: Fact, entry_id: str | None = None) -> MemoryEntry:
     # The confidence is the entry's importance, so a store's search filters and ranks by it.
-    entry = MemoryEntry(
+    # Built without validation: every field comes from a validated Fact.
+    return new_entry(
+        entry_id=uuid.uuid4().hex if entry_id is None else entry_id,
         scope=MemoryScope.LONG_TERM,
         key=fact.key,
         content=fact.model_dump(mode="json"),
         metadata={SEARCH_TEXT: f"{fact.key} {render_value(fact.value)}"},
+        created_at=utc_now(),
+        expires_at=None,
         importance=fact.confidence,
+        version=0,
     )
-    if entry_id is not None:
-        entry.entry_id = entry_id
-    return entry
 
 
 def _by_confidence(facts: list[Fact], min_confidence: float, limit: int) -> list[Fact]:
@@ -197,7 +213,7 @@ class FactsMixin:
                 ``scope_id``. Nothing is written.
         """
         key = _check_key(key)
-        value = json.loads(json.dumps(check_json_value(value, "value")))
+        value = _plain_copy(check_json_value(value, "value"))
         checked_scope, checked_id = check_scope(scope, scope_id)
         kind = check_enum(fact_type, FactType, "fact_type")
         confidence = check_fraction(confidence, "confidence")
