@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 import functools
 import uuid
-from collections.abc import Generator
+from collections.abc import Collection, Generator
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar, cast
 
@@ -280,7 +280,7 @@ def new_entry(**values: Any) -> MemoryEntry:
     return construct_unchecked(MemoryEntry, values, _ENTRY_FIELDS)
 
 
-def construct_unchecked(cls: type[M], values: dict[str, Any], fields: frozenset[str]) -> M:
+def construct_unchecked(cls: type[M], values: dict[str, Any], fields: Collection[str]) -> M:
     """An instance of the pydantic model ``cls`` whose ``__dict__`` is ``values``, with
     ``fields`` marked as set: ``model_construct`` without its per-field default handling,
     for values the caller has checked (or memlane wrote itself)."""

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from memlane.types import MemoryEntry
+from memlane.types import MemoryEntry, construct_unchecked
 
 Row = tuple[str, str, str | None, str, str, str, float | None, float, int]
 """A persisted entry: entry_id, scope, key, content JSON, metadata JSON, created_at ISO,
@@ -376,12 +376,7 @@ def build_entry(row: Row, kit: EntryKit) -> Any | None:
         }
     except (ValueError, TypeError, OverflowError, RecursionError):
         return None
-    entry = object.__new__(cls)
-    object.__setattr__(entry, "__dict__", values)
-    object.__setattr__(entry, "__pydantic_fields_set__", set(_ENTRY_FIELDS))
-    object.__setattr__(entry, "__pydantic_extra__", None)
-    object.__setattr__(entry, "__pydantic_private__", None)
-    return entry
+    return construct_unchecked(cls, values, _ENTRY_FIELDS)
 
 
 def build_entries(rows: list[Row], kit: EntryKit) -> tuple[list[Any], list[int]]:
