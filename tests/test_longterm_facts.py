@@ -430,6 +430,60 @@ class TestRecall:
         assert [f.key for f in one] == ["favourite_colour"]
         assert await call(way, memory, "recall", query="100%") == []
 
+    async def test_a_specific_scope_hides_a_matching_general_fact(
+        self, memory: LongTermMemory, way: str
+    ) -> None:
+        await call(way, memory, "remember", "city", "Adelaide")
+        await call(way, memory, "remember", "city", "Perth", scope="user", scope_id="u")
+        assert [f.value for f in await call(way, memory, "recall", query="adelaide")] == [
+            "Adelaide"
+        ]
+        # Seen from user u, "city" is Perth: the global Adelaide is hidden, not found.
+        assert await call(way, memory, "recall", query="adelaide", user_id="u") == []
+        seen = await call(way, memory, "recall", "cty", user_id="u")
+        assert seen == []
+        found = await call(way, memory, "recall", "ci", user_id="u")
+        assert [f.value for f in found] == ["Perth"]
+
+    async def test_reads_only_the_facts_that_may_match(
+        self, memory: LongTermMemory, way: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A search over many facts validates the few whose stored key or search text
+        matches, not every visible fact."""
+        from memlane.longterm import facts as facts_mod
+
+        for i in range(40):
+            await call(way, memory, "remember", f"note_{i}", f"text {i}")
+        await call(way, memory, "remember", "local_time_zone", "Australia/Adelaide")
+        read: list[str | None] = []
+        real = facts_mod._fact
+
+        def counted(entry: Any, where: str) -> Any:
+            read.append(entry.key)
+            return real(entry, where)
+
+        monkeypatch.setattr(facts_mod, "_fact", counted)
+        by_query = await call(way, memory, "recall", query="local time")
+        assert [f.key for f in by_query] == ["local_time_zone"]
+        assert read == ["local_time_zone"]
+        read.clear()
+        by_key = await call(way, memory, "recall", "note 3", limit=40)
+        matching = sorted(f"note_{i}" for i in range(40) if "3" in str(i))  # note_3, note_13…
+        assert sorted(f.key for f in by_key) == matching
+        assert sorted(k or "" for k in read) == matching
+
+    async def test_a_fact_stored_without_search_text_is_still_found(
+        self, made: Made, way: str
+    ) -> None:
+        memory = LongTermMemory(made.store)
+        await call(way, memory, "remember", "local_time_zone", "Australia/Adelaide")
+        where = namespace("longterm", "facts", "global")
+        entry = made.store.load_by_key(where, "local_time_zone")
+        assert entry is not None
+        made.store.save(where, entry.model_copy(update={"metadata": {}}))
+        found = await call(way, memory, "recall", query="adelaide")
+        assert [f.key for f in found] == ["local_time_zone"]
+
 
 class TestRecallOtherMemories:
     """recall(query=...) reaches procedures and episodes through their modules' search."""

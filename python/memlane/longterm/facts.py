@@ -24,6 +24,7 @@ from __future__ import annotations
 import functools
 import json
 import uuid
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 from pydantic import ValidationError
@@ -148,6 +149,20 @@ def _entry(fact: Fact, entry_id: str | None = None) -> MemoryEntry:
         importance=fact.confidence,
         version=0,
     )
+
+
+def _fuzzy_candidate(words: list[str], *, by_key: bool) -> Callable[[MemoryEntry], bool]:
+    """Whether a stored fact may match ``words``, from its entry alone: by its key, or by the
+    search text memlane stores with every fact (its key and its value's text, what a query
+    matches). An entry without that text is kept, for its fact to be matched."""
+
+    def candidate(entry: MemoryEntry) -> bool:
+        if by_key:
+            return matches_words(words, entry.key or "")
+        text = entry.metadata.get(SEARCH_TEXT) if isinstance(entry.metadata, dict) else None
+        return not isinstance(text, str) or matches_words(words, text)
+
+    return candidate
 
 
 def _by_confidence(facts: list[Fact], min_confidence: float, limit: int) -> list[Fact]:
@@ -457,20 +472,31 @@ class FactsMixin:
         return [_fact(e, where) for e in entries if e.key is not None]
 
     def _visible_facts_plan(
-        self, session_id: str | None, user_id: str | None, agent_id: str | None
+        self,
+        session_id: str | None,
+        user_id: str | None,
+        agent_id: str | None,
+        wanted: Callable[[MemoryEntry], bool] | None = None,
     ) -> Plan[list[Fact]]:
         """The facts seen from these (already checked) ids, most specific scope first.
 
         A key held by several visible scopes appears once, from the most specific one, as
-        ``get_fact`` would return it.
+        ``get_fact`` would return it. ``wanted`` picks entries before their facts are read:
+        reading (validating) a fact costs far more than a look at its stored key or search
+        text, and a search over many facts keeps few.
         """
         seen: set[str] = set()
         visible: list[Fact] = []
         for scope, scope_id in check_ids(session_id, user_id, agent_id):
-            for fact in (yield from self._scope_facts_plan(scope, scope_id)):
-                if fact.key not in seen:
-                    seen.add(fact.key)
-                    visible.append(fact)
+            where = fact_namespace(scope, scope_id)
+            entries: list[MemoryEntry] = yield StoreCall("load", (where,))
+            for entry in entries:
+                key = entry.key
+                if key is None or key in seen:
+                    continue
+                seen.add(key)  # a more specific scope's fact hides this key, wanted or not
+                if wanted is None or wanted(entry):
+                    visible.append(_fact(entry, where))
         return visible
 
     def _recall(
@@ -537,7 +563,13 @@ class FactsMixin:
                 )
                 if exact is not None:
                     return _by_confidence([exact], min_confidence, limit)
-            visible = yield from self._visible_facts_plan(session_id, user_id, agent_id)
+            searching = key is not None or query is not None
+            visible = yield from self._visible_facts_plan(
+                session_id,
+                user_id,
+                agent_id,
+                _fuzzy_candidate(words, by_key=key is not None) if searching else None,
+            )
             if key is not None:
                 visible = [f for f in visible if matches_words(words, f.key)]
             elif query is not None:
