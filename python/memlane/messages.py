@@ -99,10 +99,10 @@ def default_messages(user_prompt: str, assistant_response: str, at: datetime) ->
 
     Timestamps are the turn's, so rebuilding them later yields equal messages.
     """
-    ModelRequest, ModelResponse, TextPart, UserPromptPart = _turn_message_types()
+    request, response, text, prompt = _turn_message_types()
     return [
-        ModelRequest(parts=[UserPromptPart(content=user_prompt, timestamp=at)]),
-        ModelResponse(parts=[TextPart(content=assistant_response)], timestamp=at),
+        request(parts=[prompt(content=user_prompt, timestamp=at)]),
+        response(parts=[text(content=assistant_response)], timestamp=at),
     ]
 
 
