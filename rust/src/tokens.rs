@@ -445,8 +445,10 @@ const ASCII_SPACE: [bool; 128] = {
 #[inline]
 fn is_py_space_at(bytes: &[u8]) -> bool {
     match *bytes {
-        [0xc2, 0x85 | 0xa0, ..] | [0xe1, 0x9a, 0x80, ..] | [0xe2, 0x81, 0x9f, ..] => true,
-        [0xe3, 0x80, 0x80, ..] => true,
+        [0xc2, 0x85 | 0xa0, ..]
+        | [0xe1, 0x9a, 0x80, ..]
+        | [0xe2, 0x81, 0x9f, ..]
+        | [0xe3, 0x80, 0x80, ..] => true,
         [0xe2, 0x80, third, ..] => third <= 0x8a || matches!(third, 0xa8 | 0xa9 | 0xaf),
         _ => false,
     }
@@ -582,9 +584,19 @@ mod tests {
         let splits = |c: char| c.is_whitespace() || ('\u{1c}'..='\u{1f}').contains(&c);
         for c in (0..=0x10_ffff_u32).filter_map(char::from_u32) {
             let text = format!("a{c}b");
-            assert_eq!(word_count(&text), if splits(c) { 2 } else { 1 }, "U+{:04X}", c as u32);
+            assert_eq!(
+                word_count(&text),
+                if splits(c) { 2 } else { 1 },
+                "U+{:04X}",
+                c as u32
+            );
             let alone = c.to_string();
-            assert_eq!(word_count(&alone), usize::from(!splits(c)), "U+{:04X}", c as u32);
+            assert_eq!(
+                word_count(&alone),
+                usize::from(!splits(c)),
+                "U+{:04X}",
+                c as u32
+            );
         }
     }
 
@@ -598,9 +610,9 @@ mod tests {
                 .count()
         };
         let alphabet = [
-            " ", "\t", "\n", "\r", "\x0b", "\x0c", "\x1c", "\x1f", "\x1b", "\x7f", "!", "a",
-            "Z", "~", "\u{85}", "\u{a0}", "\u{a1}", "\u{1680}", "\u{2000}", "\u{200b}",
-            "\u{2028}", "\u{202f}", "\u{205f}", "\u{3000}", "\u{3001}", "é", "中", "😀",
+            " ", "\t", "\n", "\r", "\x0b", "\x0c", "\x1c", "\x1f", "\x1b", "\x7f", "!", "a", "Z",
+            "~", "\u{85}", "\u{a0}", "\u{a1}", "\u{1680}", "\u{2000}", "\u{200b}", "\u{2028}",
+            "\u{202f}", "\u{205f}", "\u{3000}", "\u{3001}", "é", "中", "😀",
         ];
         let mut state: u64 = 0x2545_f491_4f6c_dd1d;
         for _ in 0..20_000 {
@@ -614,7 +626,13 @@ mod tests {
                 pick = pick.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
                 // Mostly letters and ASCII spaces, so long ASCII runs are common.
                 let index = (pick >> 33) as usize % (alphabet.len() * 3);
-                text.push_str(alphabet[if index < alphabet.len() { index } else { index % 14 }]);
+                text.push_str(
+                    alphabet[if index < alphabet.len() {
+                        index
+                    } else {
+                        index % 14
+                    }],
+                );
             }
             assert_eq!(word_count(&text), reference(&text), "{text:?}");
         }
