@@ -81,96 +81,111 @@ const CL100K_SPLIT: &str = concat!(
     r"|\s+$|\s*[\r\n]|\s+",
 );
 
-/// Where the o200k_base piece that starts at `bytes[pos]` ends, for text that is all ASCII
-/// (before `split_end`): `O200K_SPLIT` written out. In ASCII its classes are plain: letters
-/// are A-Z (`Lu`) and a-z (`Ll`), numbers 0-9, `\s` is `\t\n\x0b\x0c\r` and space. The
-/// alternatives are tried in the pattern's order, each as the regex's backtracking would
-/// match it; `ascii_pieces_agree_with_the_regex` holds the result to the regex itself.
-fn o200k_ascii_end(b: &[u8], pos: usize) -> usize {
-    let n = b.len();
-    let upper = |i: usize| i < n && b[i].is_ascii_uppercase();
-    let lower = |i: usize| i < n && b[i].is_ascii_lowercase();
-    let letter = |i: usize| i < n && b[i].is_ascii_alphabetic();
-    let digit = |i: usize| i < n && b[i].is_ascii_digit();
-    let space = |i: usize| i < n && matches!(b[i], b'\t' | b'\n' | 0x0b | 0x0c | b'\r' | b' ');
-    let line_break = |i: usize| i < n && matches!(b[i], b'\r' | b'\n');
+/// Where the o200k_base piece that starts at `b[pos]` ends (before `split_end`), if the bytes
+/// that decide it are ASCII: `O200K_SPLIT` written out. In ASCII its classes are plain:
+/// letters are A-Z (`Lu`) and a-z (`Ll`), numbers 0-9, `\s` is `\t\n\x0b\x0c\r` and space.
+/// The alternatives are tried in the pattern's order, each as the regex's backtracking would
+/// match it, reading every byte the regex's answer depends on (each run up to the byte that
+/// ends it, the character after an optional first one, a contraction's letters). Any of those
+/// not ASCII (a letter, number or space of another script could change the answer): `None`,
+/// and the regex decides. `ascii_pieces_agree_with_the_regex` holds the result to the regex.
+fn o200k_ascii_end(b: &[u8], pos: usize) -> Option<usize> {
+    if *b.get(pos)? >= 0x80 {
+        return None;
+    }
+    let foreign = std::cell::Cell::new(false);
+    let byte = |i: usize| -> Option<u8> {
+        let value = *b.get(i)?;
+        if value >= 0x80 {
+            foreign.set(true);
+        }
+        Some(value)
+    };
+    let upper = |i: usize| byte(i).is_some_and(|v| v.is_ascii_uppercase());
+    let lower = |i: usize| byte(i).is_some_and(|v| v.is_ascii_lowercase());
+    let letter = |i: usize| byte(i).is_some_and(|v| v.is_ascii_alphabetic());
+    let digit = |i: usize| byte(i).is_some_and(|v| v.is_ascii_digit());
+    let space =
+        |i: usize| byte(i).is_some_and(|v| matches!(v, b'\t' | b'\n' | 0x0b | 0x0c | b'\r' | b' '));
+    let line_break = |i: usize| byte(i).is_some_and(|v| matches!(v, b'\r' | b'\n'));
     // [^\s\p{L}\p{N}]
-    let other = |i: usize| i < n && !space(i) && !letter(i) && !digit(i);
+    let other =
+        |i: usize| byte(i).is_some_and(|v| v < 0x80 && !v.is_ascii_alphanumeric()) && !space(i);
     // (?i:'s|'t|'re|'ve|'m|'ll|'d)?
     let contraction = |i: usize| {
-        if i >= n || b[i] != b'\'' {
+        if byte(i) != Some(b'\'') {
             return i;
         }
-        let at = |k: usize| {
-            if i + k < n {
-                b[i + k].to_ascii_lowercase()
-            } else {
-                0
-            }
-        };
+        let at = |k: usize| byte(i + k).map_or(0, |v| v.to_ascii_lowercase());
         match (at(1), at(2)) {
             (b's' | b't' | b'm' | b'd', _) => i + 2,
             (b'r' | b'v', b'e') | (b'l', b'l') => i + 3,
             _ => i,
         }
     };
-    // 1 and 2: [^\r\n\p{L}\p{N}]?[Lu]*[Ll]+ and [^\r\n\p{L}\p{N}]?[Lu]+[Ll]*, each with the
-    // contraction. The optional first character is taken whenever letters follow it.
-    let letters = if letter(pos) {
-        Some(pos)
-    } else if !line_break(pos) && !digit(pos) && letter(pos + 1) {
-        Some(pos + 1)
-    } else {
-        None
+    let end = 'end: {
+        // 1 and 2: [^\r\n\p{L}\p{N}]?[Lu]*[Ll]+ and [^\r\n\p{L}\p{N}]?[Lu]+[Ll]*, each with
+        // the contraction. The optional first character is taken whenever letters follow it.
+        let letters = if letter(pos) {
+            Some(pos)
+        } else if !line_break(pos) && !digit(pos) && letter(pos + 1) {
+            Some(pos + 1)
+        } else {
+            None
+        };
+        if let Some(start) = letters {
+            let mut i = start;
+            while upper(i) {
+                i += 1;
+            }
+            // Lower-case letters after the capitals: the first alternative; none: the second
+            // (its lower-case run is then empty too).
+            while lower(i) {
+                i += 1;
+            }
+            break 'end contraction(i);
+        }
+        // 3: \p{N}{1,3}
+        if digit(pos) {
+            let mut i = pos + 1;
+            while i < pos + 3 && digit(i) {
+                i += 1;
+            }
+            break 'end i;
+        }
+        // 4: ` ?[^\s\p{L}\p{N}]+[\r\n/]*`
+        let run = if byte(pos) == Some(b' ') && other(pos + 1) {
+            Some(pos + 1)
+        } else if other(pos) {
+            Some(pos)
+        } else {
+            None
+        };
+        if let Some(mut i) = run {
+            while other(i) {
+                i += 1;
+            }
+            while byte(i).is_some_and(|v| matches!(v, b'\r' | b'\n' | b'/')) {
+                i += 1;
+            }
+            break 'end i;
+        }
+        // 5: \s*[\r\n]+ (up to the last line break of the run of spaces), else 6: \s+.
+        let mut i = pos;
+        let mut last_break = None;
+        while space(i) {
+            if line_break(i) {
+                last_break = Some(i);
+            }
+            i += 1;
+        }
+        last_break.map_or(i, |k| k + 1)
     };
-    if let Some(start) = letters {
-        let mut i = start;
-        while upper(i) {
-            i += 1;
-        }
-        // Lower-case letters after the capitals: the first alternative; none: the second
-        // (its lower-case run is then empty too).
-        while lower(i) {
-            i += 1;
-        }
-        return contraction(i);
-    }
-    // 3: \p{N}{1,3}
-    if digit(pos) {
-        let mut i = pos + 1;
-        while i < pos + 3 && digit(i) {
-            i += 1;
-        }
-        return i;
-    }
-    // 4: ` ?[^\s\p{L}\p{N}]+[\r\n/]*`
-    let run = if b[pos] == b' ' && other(pos + 1) {
-        Some(pos + 1)
-    } else if other(pos) {
-        Some(pos)
-    } else {
-        None
-    };
-    if let Some(mut i) = run {
-        while other(i) {
-            i += 1;
-        }
-        while i < n && matches!(b[i], b'\r' | b'\n' | b'/') {
-            i += 1;
-        }
-        return i;
-    }
-    // 5: \s*[\r\n]+ (up to the last line break of the run of spaces), else 6: \s+.
-    let mut end = pos;
-    let mut last_break = None;
-    while space(end) {
-        if line_break(end) {
-            last_break = Some(end);
-        }
-        end += 1;
-    }
-    last_break.map_or(end, |k| k + 1)
+    (!foreign.get()).then_some(end)
 }
+
+/// The written-out pre-tokenizer of an encoding: see [`o200k_ascii_end`].
+type AsciiEnd = fn(&[u8], usize) -> Option<usize>;
 
 /// A token's rank: its id, and its merge priority (lower merges first).
 pub type Rank = u32;
@@ -244,16 +259,11 @@ pub struct ExactCounter {
     cache_slot: usize,
     /// The pre-tokenizer written out for text that is all ASCII, where the encoding has one:
     /// where a piece that starts at a position ends (before `split_end`).
-    ascii_end: Option<fn(&[u8], usize) -> usize>,
+    ascii_end: Option<AsciiEnd>,
 }
 
 impl ExactCounter {
-    fn new(
-        rank_file: &str,
-        split: &str,
-        cache_slot: usize,
-        ascii_end: Option<fn(&[u8], usize) -> usize>,
-    ) -> Self {
+    fn new(rank_file: &str, split: &str, cache_slot: usize, ascii_end: Option<AsciiEnd>) -> Self {
         let mut ranks = FxHashMap::default();
         let mut pair_ranks = vec![Rank::MAX; 1 << 16].into_boxed_slice();
         for line in rank_file.lines().filter(|l| !l.is_empty()) {
@@ -334,60 +344,52 @@ impl ExactCounter {
         }
     }
 
-    /// The pre-tokenizer's pieces of `text`, in order. Each search starts where the previous
-    /// piece ended and the pieces tile the text, so splitting is one pass over it.
-    ///
-    /// Every character starts a match (letters, numbers, spaces, line breaks and "anything
-    /// else" each have an alternative), so the search is anchored where the last piece ended:
-    /// the leftmost-first match an unanchored search would find starts there too, and the
-    /// anchored one skips looking further. Were none to start there, the unanchored search
-    /// runs, so the pieces are those of `find_at` in any case.
+    /// The pre-tokenizer's pieces of `text`, in order: where the bytes that decide a piece
+    /// are ASCII, by the encoding's written-out splitter (a regex search cost ~50 ns a piece,
+    /// a quarter of counting prose), else by the regex.
     fn pieces<'t>(
         &'t self,
         text: &'t str,
         cache: &'t mut meta::Cache,
     ) -> impl Iterator<Item = &'t str> + 't {
-        let mut pos = 0;
-        std::iter::from_fn(move || {
-            let input = Input::new(text).span(pos..text.len());
-            let m = self
-                .split
-                .search_with(cache, &input.clone().anchored(Anchored::Yes))
-                .or_else(|| self.split.search_with(cache, &input))?;
-            let end = Self::split_end(text, m.start(), m.end());
-            pos = end;
-            Some(&text[m.start()..end])
-        })
+        self.pieces_with(text, cache, self.ascii_end)
     }
 
-    /// The pieces of an all-ASCII `text` by `ascii_end`: the same pieces as
-    /// [`Self::pieces`], without a regex search per piece (~50 ns each, about a quarter of
-    /// counting prose).
-    fn ascii_pieces(
-        text: &str,
-        ascii_end: fn(&[u8], usize) -> usize,
-    ) -> impl Iterator<Item = &str> + '_ {
+    /// [`Self::pieces`] with the written-out splitter `ascii_end` (`None`: the regex alone).
+    ///
+    /// Each search starts where the previous piece ended and the pieces tile the text, so
+    /// splitting is one pass over it. Every character starts a match (letters, numbers,
+    /// spaces, line breaks and "anything else" each have an alternative), so the search is
+    /// anchored where the last piece ended: the leftmost-first match an unanchored search
+    /// would find starts there too, and the anchored one skips looking further. Were none to
+    /// start there, the unanchored search runs, so the pieces are those of `find_at` in any
+    /// case.
+    fn pieces_with<'t>(
+        &'t self,
+        text: &'t str,
+        cache: &'t mut meta::Cache,
+        ascii_end: Option<AsciiEnd>,
+    ) -> impl Iterator<Item = &'t str> + 't {
         let mut pos = 0;
         std::iter::from_fn(move || {
-            if pos >= text.len() {
-                return None;
-            }
-            let start = pos;
-            pos = Self::split_end(text, start, ascii_end(text.as_bytes(), start));
-            Some(&text[start..pos])
+            let (start, end) = if let Some(end) = ascii_end.and_then(|f| f(text.as_bytes(), pos)) {
+                (pos, end)
+            } else {
+                let input = Input::new(text).span(pos..text.len());
+                let m = self
+                    .split
+                    .search_with(cache, &input.clone().anchored(Anchored::Yes))
+                    .or_else(|| self.split.search_with(cache, &input))?;
+                (m.start(), m.end())
+            };
+            let end = Self::split_end(text, start, end);
+            pos = end;
+            Some(&text[start..end])
         })
     }
 
     /// Tokens in `text` (special-token strings count as plain text).
     pub fn count(&self, text: &str) -> usize {
-        if let Some(ascii_end) = self.ascii_end.filter(|_| text.is_ascii()) {
-            return PIECE_COUNTS.with(|caches| {
-                let mut cache = caches[self.cache_slot].borrow_mut();
-                Self::ascii_pieces(text, ascii_end)
-                    .map(|piece| self.count_piece(piece.as_bytes(), &mut cache))
-                    .sum()
-            });
-        }
         SPLIT_CACHES.with(|splits| {
             let mut split = splits[self.cache_slot].borrow_mut();
             let split = split.get_or_insert_with(|| self.split.create_cache());
@@ -821,17 +823,25 @@ mod tests {
         }
     }
 
-    /// The written-out ASCII pre-tokenizer against the regex, over random ASCII texts whose
+    /// The written-out ASCII pre-tokenizer against the regex, over random texts whose
     /// alphabet favours what the pattern turns on: case, contractions, digits, every kind of
-    /// space and line break, slashes and the other characters.
+    /// space and line break, slashes, other characters, and non-ASCII characters of every
+    /// class next to them (letters, marks, numbers, spaces, the long s that `(?i)s` matches).
     #[test]
     fn ascii_pieces_agree_with_the_regex() {
         let counter = Encoding::O200kBase.counter();
-        let ascii_end = counter
-            .ascii_end
-            .expect("o200k_base has the ASCII splitter");
+        assert!(
+            counter.ascii_end.is_some(),
+            "o200k_base has the ASCII splitter"
+        );
+        let mut fast_cache = counter.split.create_cache();
         let mut cache = counter.split.create_cache();
-        let favoured: &[u8] = b"aAbZsStTrReEvVmMlLdD'''09 \t\n\r\x0b\x0c\x1c\x00\x7f/!.-_\"{}";
+        let favoured: Vec<char> = "aAbZsStTrReEvVmMlLdD'''09 \t\n\r\x0b\x0c\x1c\x00\x7f/!.-_\"{}"
+            .chars()
+            .collect();
+        let foreign: Vec<char> = "é中\u{a0}\u{2028}\u{3000}ſ\u{212a}\u{300}٣Ǆ😀\u{85}"
+            .chars()
+            .collect();
         let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
         let mut next = || {
             state ^= state << 13;
@@ -841,20 +851,21 @@ mod tests {
         };
         for round in 0..300_000 {
             let len = (next() % if round % 10 == 0 { 200 } else { 24 }) as usize;
-            let bytes: Vec<u8> = (0..len)
+            let with_foreign = round % 2 == 0;
+            let text: String = (0..len)
                 .map(|_| {
                     let r = next();
-                    // Mostly the favoured characters, sometimes any ASCII byte.
-                    if r % 8 == 0 {
-                        (r >> 20) as u8 & 0x7f
-                    } else {
-                        favoured[(r >> 20) as usize % favoured.len()]
+                    let k = (r >> 20) as usize;
+                    match r % 16 {
+                        // Any ASCII character now and then, in half the texts a foreign one.
+                        0 | 1 => char::from((r >> 20) as u8 & 0x7f),
+                        2 if with_foreign => foreign[k % foreign.len()],
+                        _ => favoured[k % favoured.len()],
                     }
                 })
                 .collect();
-            let text = String::from_utf8(bytes).expect("ASCII");
-            let fast: Vec<&str> = ExactCounter::ascii_pieces(&text, ascii_end).collect();
-            let regex: Vec<&str> = counter.pieces(&text, &mut cache).collect();
+            let fast: Vec<&str> = counter.pieces(&text, &mut fast_cache).collect();
+            let regex: Vec<&str> = counter.pieces_with(&text, &mut cache, None).collect();
             assert_eq!(fast, regex, "{text:?}");
         }
     }
