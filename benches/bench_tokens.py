@@ -264,6 +264,12 @@ def run(cfg: Config, log: Callable[[str], None]) -> WorkloadResult:
         2.0,
         at_least=True,
         rows=[tk, find(per_msg, case, RUST)],
+        next_step=(
+            "The perf profile below splits the time between the pre-tokenizer, the rank lookups "
+            "and the merge. Next: the written-out splitter covers ASCII stretches only, so CJK and "
+            "accented text still run the regex per piece; extending it to the Unicode classes "
+            "(tables generated from the regex crate, as unicode_classes.py is) is the next step."
+        ),
     )
     bpe = find(per_msg, case, BPE)
     judge(
@@ -273,6 +279,12 @@ def run(cfg: Config, log: Callable[[str], None]) -> WorkloadResult:
         1.2,
         at_least=True,
         rows=[bpe],
+        next_step=(
+            "bpe-openai precomputes, per token, how it merges (a linear-time encoder over an "
+            "Aho-Corasick automaton); memlane merges each new piece by tiktoken's rescan and "
+            "caches short pieces. Next: the written-out splitter for non-ASCII text (see the "
+            "tiktoken target), then the merge of pieces missed by the cache."
+        ),
     )
     result.plot["per_message"] = {r.contender: r.median_s for r in per_msg if r.median_s}
     result.plot["whole"] = {r.contender: nbytes / r.median_s / 1e6 for r in rows if r.median_s}

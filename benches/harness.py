@@ -82,6 +82,9 @@ class Target:
     measured: str  # the measured value, formatted
     met: bool | None  # None: could not be measured (a contender unavailable)
     detail: str = ""
+    # Where the time goes and what would close the gap, reported only when the target is
+    # missed (the issue asks for "the profile and the next step" of each missed target).
+    next_step: str = ""
 
     @property
     def verdict(self) -> str:
@@ -237,13 +240,20 @@ def judge(
     fmt: Callable[[float], str] = fmt_ratio,
     rows: list[Row | None] | None = None,
     detail: str = "",
+    next_step: str = "",
 ) -> Target:
-    """Records a target; marks the rows it is about with met / MISSED."""
+    """Records a target; marks the rows it is about with met / MISSED.
+
+    ``next_step`` says what stands between memlane and the target and what would close the
+    gap; RESULTS.md shows it if the target is missed.
+    """
     if value is None:
-        target = Target(result.key, text, "—", None, detail or "a contender was unavailable")
+        target = Target(
+            result.key, text, "—", None, detail or "a contender was unavailable", next_step
+        )
     else:
         met = value >= threshold if at_least else value <= threshold
-        target = Target(result.key, text, fmt(value), met, detail)
+        target = Target(result.key, text, fmt(value), met, detail, next_step)
     result.targets.append(target)
     need = f"{'≥' if at_least else '≤'} {fmt(threshold)}"
     for row in rows or []:

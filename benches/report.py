@@ -193,6 +193,24 @@ def results_markdown(
         ]
         for title, text in profiles:
             out += [f"### {title}", "", "```text", text.rstrip(), "```", ""]
+    missed = [
+        (results[k].title.split(".")[0], t)
+        for k in order
+        if k in results
+        for t in results[k].targets
+        if t.met is False
+    ]
+    if missed:
+        out += [
+            "## Missed targets: what stands in the way, and the next step",
+            "",
+            "Each missed target with its measurement, what its profile above shows, and what "
+            "would close the gap.",
+            "",
+        ]
+        for number, t in missed:
+            step = t.next_step or "(no next step recorded in the workload)"
+            out += [f"- **{number}: {t.text}** — {t.measured}. {step}", ""]
     return "\n".join(out).rstrip() + "\n"
 
 
