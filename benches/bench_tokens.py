@@ -738,7 +738,7 @@ def _profile_per_message(cfg: Config, result: WorkloadResult, log: Callable[[str
                 ),
                 report,
             ]
-    result.profiles["memlane ≥ 1.5x tiktoken per message"] = "\n".join(lines)
+    result.profiles["memlane ≥ 2.0x tiktoken and ≥ 1.2x bpe-openai per message"] = "\n".join(lines)
 
 
 _MANY_CALLS = """
