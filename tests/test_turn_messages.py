@@ -39,6 +39,8 @@ from memlane import messages as messages_mod
 from memlane import types as types_mod
 from memlane.conversation import state as state_mod
 from memlane.conversation.state import ConversationState, new_ledger
+from memlane.errors import UnstorableValueError
+from memlane.stores import protocol
 from memlane.types import new_turn, turn_json
 
 pytestmark = pytest.mark.usefixtures("impl")
@@ -363,3 +365,65 @@ class TestHistoryKeptFlat:
         assert len(grown) > 2 * 4  # more turns than fitted beside the long summary
         state.append_record((12, "q12", "a12", 10, AT, None, None), "e12", None)
         assert state.history() == self.walk(state)
+
+
+class TestCheckedJson:
+    """A turn without metadata is JSON memlane built itself: stores encode it once, with
+    pydantic's serialiser, without walking it for the value rule again. What they store and
+    read back is unchanged, and a turn carrying caller values is checked as before."""
+
+    @pytest.mark.parametrize("index", range(5))
+    def test_only_a_turn_without_metadata_is_checked_json(self, index: int) -> None:
+        turn = _turns_to_store()[index]
+        got = turn_json(turn)
+        assert (type(got) is types_mod.CheckedJson) == (not turn.metadata)
+        assert got == turn.model_dump(mode="json")
+
+    @pytest.mark.parametrize("index", range(5))
+    def test_its_text_reads_back_as_json_dumps_does(self, index: int) -> None:
+        got = turn_json(_turns_to_store()[index])
+        text = protocol.dumps_json(got, key="k", field="content")
+        assert json.loads(text) == json.loads(json.dumps(got))
+
+    def test_it_is_not_walked(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        walked: list[object] = []
+        real = protocol._is_plain_json
+
+        def counting(value: object) -> bool:
+            walked.append(value)
+            return real(value)
+
+        monkeypatch.setattr(protocol, "_is_plain_json", counting)
+        checked = turn_json(_turns_to_store()[0])
+        protocol.dumps_json(checked, key="k", field="content")
+        assert protocol.find_unstorable(checked, "content") is None
+        assert walked == []
+        protocol.dumps_json(dict(checked), key="k", field="content")
+        assert len(walked) == 1
+
+    def test_a_lone_surrogate_fails_as_before_and_stores_nothing(self, tmp_path: Path) -> None:
+        path = tmp_path / "t.sqlite3"
+        memory = ConversationMemory(store=SQLiteStore(path))
+        cid = memory.new_conversation()
+        memory.add_turn(cid, "fine", "ok")
+        with pytest.raises(UnicodeEncodeError):
+            memory.add_turn(cid, "bad \udc80", "ok")
+        again = ConversationMemory(store=SQLiteStore(path))
+        assert [t.user_prompt for t in again.get_turns(cid)] == ["fine"]
+
+    def test_metadata_is_still_checked(self, tmp_path: Path) -> None:
+        memory = ConversationMemory(store=SQLiteStore(tmp_path / "t.sqlite3"))
+        cid = memory.new_conversation()
+        with pytest.raises(UnstorableValueError, match=r"(?i)nan"):
+            memory.add_turn(cid, "q", "a", metadata={"score": float("nan")})
+        assert memory.get_turns(cid) == []
+
+    def test_a_persistent_turn_round_trips(self, tmp_path: Path) -> None:
+        path = tmp_path / "t.sqlite3"
+        memory = ConversationMemory(store=SQLiteStore(path))
+        cid = memory.new_conversation()
+        memory.add_turn(cid, 'q ☃ "quoted" \\ \n', "a", turn_messages(3))
+        memory.add_turn(cid, "plain", "answer")
+        again = ConversationMemory(store=SQLiteStore(path))
+        assert again.get_turns(cid) == memory.get_turns(cid)
+        assert again.get_message_history(cid) == memory.get_message_history(cid)
