@@ -231,6 +231,26 @@ class FiveMethodStore(BaseMessageStore):
         self.rows.append((location, message))
 
 
+class ByKeyStore(FiveMethodStore):
+    """The frameworks' example store: a trace is every message naming the agent, the
+    conversation every user or assistant message, broadcasts included."""
+
+    def get_conversation_messages(self, location: str, limit: int | None = None) -> list[Message]:
+        return self._pick(
+            location, lambda m: m.get("type") in ("user_message", "assistant_message"), limit
+        )
+
+    def get_agent_messages(
+        self, location: str, agent_key: str, limit: int | None = None
+    ) -> list[Message]:
+        return self._pick(location, lambda m: m.get("agent_key") == agent_key, limit)
+
+    def get_team_messages(
+        self, location: str, agent_keys: Sequence[str], limit: int | None = None
+    ) -> list[Message]:
+        return self._pick(location, lambda m: m.get("agent_key") in agent_keys, limit)
+
+
 class TestCustomMessageStore:
     """A BaseMessageStore with only the five methods works with every message-store memory."""
 
@@ -260,6 +280,28 @@ class TestCustomMessageStore:
         assert budgeted
         assert budgeted[0]["type"] != "observation"
         assert contents(budgeted) == contents(await w1.get_history())[-len(budgeted) :]
+
+    async def test_feeds_that_overlap_list_each_message_once(self) -> None:
+        # The frameworks' example stores select a trace by agent_key alone and the
+        # conversation by type alone, so a broadcast also comes back in its sender's trace and
+        # a conversation message naming an agent in that agent's trace.
+        store = ByKeyStore()
+        boss = HierarchicalMessageStoreMemory(store, "job", "boss", subordinates=["w1", "w2"])
+        w1 = MessageStoreMemory(store, "job", "w1")
+        await w1.add({"type": "user_message", "content": "u", "agent_key": "w1"})
+        await w1.add(create_task_entry("t"))
+        await w1.add_global({"type": "global_observation", "content": "g1"})
+        await boss.add_global({"type": "global_observation", "content": "g2"})
+        await boss.add_global(create_user_message("gu"))
+        assert contents(await w1.get_history()) == ["u", "t", "g1", "g2", "gu"]
+        assert contents(await w1.get_history(limit=4)) == ["t", "g1", "g2", "gu"]
+        assert contents(await w1.get_history(filter=WorkerHistoryFilter())) == [
+            "u", "t", "g1", "g2", "gu",
+        ]  # fmt: skip
+        assert contents(await boss.get_history()) == ["t", "g1", "g2", "gu"]
+        assert contents(await boss.get_history(filter=ManagerHistoryFilter())) == [
+            "g1", "g2", "gu",
+        ]  # fmt: skip
 
     def test_not_a_message_store(self) -> None:
         with pytest.raises(TypeError, match="BaseMessageStore"):

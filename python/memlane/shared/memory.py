@@ -21,6 +21,7 @@ from functools import partial
 from typing import Any, NamedTuple
 
 from memlane._validate import check_identifier, check_positive_int, type_name
+from memlane.shared.constants import CONVERSATION_TYPES
 from memlane.shared.convert import message_tokens
 from memlane.shared.filters import (
     Feed,
@@ -69,6 +70,31 @@ class _Source(NamedTuple):
 # Small, so a tight budget over a large job reads about what it shows.
 _FIRST_READ = 16
 _estimator: TokenEstimator | None = None
+
+
+def _in_feed(feed: Feed, messages: list[Message]) -> list[Message]:
+    """Of what a store gave for ``feed``, the messages that lie in it (see
+    :func:`~memlane.shared.message_builder.feed_of`).
+
+    A custom store may give a broadcast or a conversation message in an agent's trace too (the
+    frameworks' example stores select a trace by ``agent_key`` alone), and a broadcast in the
+    conversation: each is shown from its own feed only, so a view lists it once.
+    """
+    if feed == "global":
+        return messages
+    kept = [
+        m
+        for m in messages
+        if m.get("is_global") not in (True, 1)
+        and (feed == "conversation" or m.get("type") not in CONVERSATION_TYPES)
+    ]
+    return messages if len(kept) == len(messages) else kept
+
+
+def _as_read(feed: Feed, messages: list[Message]) -> list[Message]:
+    """``messages`` as they are: what memlane's own stores give for a feed lies in it."""
+    del feed
+    return messages
 
 
 def _default_estimator() -> TokenEstimator:
@@ -127,6 +153,9 @@ class _ViewMemory(BaseMemory):
         self.token_estimator = token_estimator or _default_estimator()
         # The messages a StoreMessageStore gives a view are the ones it keeps for later reads.
         self._kept = isinstance(message_store, StoreMessageStore)
+        # memlane's own stores give each feed exactly its messages; another store's feeds are
+        # cut to theirs (:func:`_in_feed`).
+        self._exact = isinstance(message_store, StoreMessageStore | InMemoryMessageStore)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(location={self.location!r}, agent_key={self.agent_key!r})"
@@ -253,6 +282,7 @@ class _ViewMemory(BaseMemory):
             return message_tokens(message, self.token_estimator)
 
         each = selects_each_message(chosen)
+        own = _as_read if self._exact else _in_feed
         selected: list[tuple[list[Message], list[Message], bool]] = [([], [], False)] * len(feeds)
         while True:
             reads = await asyncio.gather(
@@ -272,10 +302,10 @@ class _ViewMemory(BaseMemory):
                 ):
                     # The wider read ends with the last one (the same kept objects): only its
                     # older part is new to a filter that keeps each message by itself.
-                    new, new_closed = chosen.select(feed, read[:older], role)
+                    new, new_closed = chosen.select(feed, own(feed, read[:older]), role)
                     shown, closed = new + shown, closed or new_closed
                 else:
-                    shown, closed = chosen.select(feed, read, role)
+                    shown, closed = chosen.select(feed, own(feed, read), role)
                 selected[rank] = (read, shown, closed)
                 kept.append(shown)
                 want = wants[rank]
