@@ -274,7 +274,7 @@ class TestCustomMessageStore:
             "u", "t1", "a({})", "o1", "g",
         ]  # fmt: skip
         orchestrator = await manager.get_history(filter=OrchestratorHistoryFilter(1))
-        assert contents(orchestrator) == ["u", "g"]
+        assert contents(orchestrator) == ["u"]
         assert contents(await w1.get_history(limit=2)) == ["o1", "g"]
         budgeted = await w1.get_history(max_tokens=25)
         assert budgeted

@@ -183,10 +183,13 @@ class TestRoleViews:
     async def test_orchestrator_view(self, made: Made) -> None:
         await _job(made.store)
         orchestrator = SharedMemory(made.store, "job", "manager")
+        # The conversation only (the "conversation only, newest N turns"): no trace
+        # of the orchestrator's own and no broadcast.
         last = await orchestrator.get_history(filter=OrchestratorHistoryFilter(1))
-        assert contents(last) == ["s1", "g1", "u2"]
+        assert contents(last) == ["u2"]
         both = await orchestrator.get_history(filter=OrchestratorHistoryFilter())
-        assert contents(both) == ["u1", "s1", "g1", "a1", "u2"]
+        assert contents(both) == ["u1", "a1", "u2"]
+        assert OrchestratorHistoryFilter().max_conversation_turns == 10
 
     async def test_filter_set_on_the_memory(self, made: Made) -> None:
         await _job(made.store)

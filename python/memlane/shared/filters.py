@@ -5,8 +5,8 @@ agent's, a team's, or every agent's) and the global broadcasts. A :class:`Histor
 names the feeds for a role (:meth:`~HistoryFilter.spec`) and keeps the messages of each that
 the role is shown (:meth:`~HistoryFilter.select`):
 
-* :class:`OrchestratorHistoryFilter`: the newest ``max_conversation_turns`` turns of the
-  conversation, the orchestrator's own traces and the broadcasts.
+* :class:`OrchestratorHistoryFilter`: the conversation only, its newest
+  ``max_conversation_turns`` turns.
 * :class:`ManagerHistoryFilter`: the manager's own traces, its subordinates' results
   (``final``) and the phases' syntheses, and the broadcasts; not the conversation, and not
   the subordinates' intermediate steps.
@@ -135,9 +135,10 @@ def _team(role: Role) -> tuple[str, ...]:
 
 
 class OrchestratorHistoryFilter(HistoryFilter):
-    """The newest turns of the conversation, the orchestrator's own traces, the broadcasts.
+    """The conversation only: its newest ``max_conversation_turns`` turns.
 
-    A turn starts at a ``user_message`` and holds the answers that follow it.
+    No agent's trace and no broadcast: an orchestrator's role view of those (conversation, own
+    traces, broadcasts) is :class:`~memlane.shared.MessageStoreMemory`'s own view. A turn starts at a ``user_message`` and holds the answers that follow it.
 
     Args:
         max_conversation_turns: How many of the newest turns are shown (> 0).
@@ -156,16 +157,16 @@ class OrchestratorHistoryFilter(HistoryFilter):
         return f"OrchestratorHistoryFilter(max_conversation_turns={self.max_conversation_turns})"
 
     def spec(self, role: Role) -> ViewSpec:
-        """The conversation, ``role.agent_key`` 's trace, the broadcasts."""
-        own = () if role.agent_key is None else (role.agent_key,)
-        return ViewSpec(conversation=True, agents=own, global_=True)
+        """The conversation alone."""
+        del role
+        return ViewSpec(conversation=True, agents=(), global_=False)
 
     def reads_at_least(self, feed: Feed) -> int:
         """A turn is a question and its answer: the window is about two messages a turn."""
         return 2 * self.max_conversation_turns + 1 if feed == "conversation" else 0
 
     def select(self, feed: Feed, messages: list[Message], role: Role) -> tuple[list[Message], bool]:
-        """The newest ``max_conversation_turns`` turns of the conversation; other feeds whole."""
+        """The newest ``max_conversation_turns`` turns of the conversation."""
         if feed != "conversation":
             return messages, False
         turns = 0
