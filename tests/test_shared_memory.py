@@ -119,6 +119,18 @@ class TestSharedStateStore:
             await state.append_conversation_msg("job", create_final("f"))
         assert SharedStateStore.default() is SharedStateStore.default()
 
+    async def test_an_agent_message_of_any_type_is_listed(self) -> None:
+        # append_agent_msg writes to the agent's feed whatever the type, as in the framework.
+        state = SharedStateStore()
+        await state.append_agent_msg("job", "w1", create_user_message("u"))
+        await state.append_agent_msg("job", "w1", create_assistant_message("a"))
+        assert contents(await state.list_agent_msgs("job", "w1")) == ["u", "a"]
+        assert await state.list_conversation_msgs("job") == []
+        memory = SharedInMemoryMemory("job", "w1", state=state)
+        assert contents(await memory.get_history()) == ["u", "a"]
+        with pytest.raises(ValueError, match="namespace"):
+            await state.append_agent_msg("", "w1", create_user_message("u"))
+
     async def test_500_coroutines_and_threads(self) -> None:
         state = SharedStateStore()
 

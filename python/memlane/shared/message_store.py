@@ -149,6 +149,10 @@ class InMemoryMessageStore(BaseMessageStore):
         location = check_identifier(location, "location")
         stored = check_message(message)
         feed, agent = feed_of(stored)
+        self._put(location, feed, agent, stored)
+
+    def _put(self, location: str, feed: str, agent: str | None, stored: Message) -> None:
+        """Adds a checked message to one feed of ``location`` (checked already)."""
         with self._lock:
             place = self._locations.get(location)
             if place is None:

@@ -39,16 +39,18 @@ class SharedStateStore(InMemoryMessageStore):
             return cls._default
 
     async def append_agent_msg(self, namespace: str, agent_key: str, msg: Message) -> None:
-        """Adds ``msg`` to the trace of ``agent_key`` (its own ``agent_key`` is replaced).
+        """Adds ``msg`` to the trace of ``agent_key``, whatever its type (its own
+        ``agent_key`` is replaced): :meth:`list_agent_msgs` lists it.
 
         Raises:
             TypeError, ValueError: A bad namespace, agent key or message; nothing is written.
         """
+        namespace = check_identifier(namespace, "namespace")
         agent_key = check_identifier(agent_key, "agent_key")
         checked = check_message(msg)
         checked["agent_key"] = agent_key
         checked.pop("is_global", None)
-        self.append(namespace, checked)
+        self._put(namespace, "agent", agent_key, checked)
 
     async def list_agent_msgs(self, namespace: str, agent_key: str) -> list[Message]:
         """The trace of ``agent_key`` in ``namespace``, oldest first."""
