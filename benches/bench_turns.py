@@ -471,12 +471,12 @@ def run_turns(cfg: Config, log: Callable[[str], None]) -> WorkloadResult:
             rows=[find(exact_rows, "exact counting", store)],
             next_step=(
                 "LangChain's cached contender keeps a Python list in memory; memlane's SQLite "
-                "turn commits the turn (save_if, one BEGIN IMMEDIATE transaction in WAL, "
-                "~100 us on this machine) before returning, so that every host sharing the file "
-                "sees it, and serialises it twice (pydantic's to_python, then json.dumps, with a "
-                "plain-JSON check of memlane's own output in between). Next: serialise a turn once "
-                "to JSON text (pydantic's to_json) and hand the table text it need not re-check, "
-                "and time the commit alone as a floor, as the counting floor is."
+                "turn commits the turn before returning (save_if, one BEGIN IMMEDIATE transaction "
+                "in WAL, ~100 us on this machine), so that every host sharing the file sees it "
+                "(issue 11). The turn is serialised once (pydantic's JSON-mode dump, encoded by "
+                "pydantic and not re-checked), so what is left above the InMemory turn is mostly "
+                "that commit. Next: time the commit alone as a floor contender, as the counting "
+                "floor is; below it, only group commit (several turns in one transaction) goes."
                 if "SQLite" in label
                 else "The profile above: counting, then the fixed Python bookkeeping of a turn "
                 "(see the counting-floor target). Next: the same one-call turn in Rust."
@@ -499,10 +499,9 @@ def run_turns(cfg: Config, log: Callable[[str], None]) -> WorkloadResult:
         rows=[find(exact_rows, "exact counting", RUST_SQL)],
         next_step=(
             "The committed write alone (save_if, ~100 us) costs more than the whole InMemory "
-            "turn, and a fleet needs it to land before add_turn returns (issue 11). Next: one "
-            "serialisation of the turn, in Rust on the Rust path (see the LangChain SQLite "
-            "target), which leaves the commit; below that, only group commit (several hosts' "
-            "turns in one transaction) would go."
+            "turn (~36 us), and a fleet needs it to land before add_turn returns (issue 11); the "
+            "turn's JSON is already made and encoded once. Next: the commit as a floor contender; "
+            "below it, only group commit (several turns in one transaction) would go."
         ),
     )
     heur = find(result.rows, "heuristic mode", RUST_HEUR)
