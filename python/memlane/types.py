@@ -318,18 +318,16 @@ def turn_json(turn: ConversationTurn) -> dict[str, Any]:
     values = turn.__dict__
     metadata = values["metadata"]
     kind = dict if metadata else CheckedJson
-    return kind(
-        {
-            "turn_id": values["turn_id"],
-            "user_prompt": values["user_prompt"],
-            "assistant_response": values["assistant_response"],
-            "raw_messages": (
-                []
-                if type(messages) is list and not messages
-                else _messages_adapter().dump_python(messages, mode="json")
-            ),
-            "timestamp": to_jsonable_python(values["timestamp"]),
-            "token_estimate": values["token_estimate"],
-            "metadata": to_jsonable_python(metadata) if metadata else {},
-        }
+    return kind(  # by keyword: the object is built once, not from a dict copied into it
+        turn_id=values["turn_id"],
+        user_prompt=values["user_prompt"],
+        assistant_response=values["assistant_response"],
+        raw_messages=(
+            []
+            if type(messages) is list and not messages
+            else _messages_adapter().dump_python(messages, mode="json")
+        ),
+        timestamp=to_jsonable_python(values["timestamp"]),
+        token_estimate=values["token_estimate"],
+        metadata=to_jsonable_python(metadata) if metadata else {},
     )
