@@ -259,7 +259,7 @@ class TestInspecting:
         assert [h["record"]["value"] for h in hits] == ["Europe/Lisbon"]
 
     def test_stats_and_purge(self, cli: Cli) -> None:
-        stats = cli.json("stats")
+        stats = cli.json("stats", "--namespaces")
         names = {row["namespace"] for row in stats["namespaces"]}
         assert "working:agent:travel" in names
         assert "conversations" in names
@@ -314,7 +314,7 @@ class TestExportImport:
         snapshot = tmp_path / "snapshot.json"
         code, _, err = cli("export", cid, "-o", str(snapshot))
         assert code == 0
-        assert "exported 1 conversation(s)" in err
+        assert "exported 1 conversation to" in err
         code, out, _ = cli("import", str(snapshot), "--as", "copy-1")
         assert code == 0
         assert out == "imported conversation copy-1\n"
@@ -399,7 +399,7 @@ class TestDelete:
 
     def test_asks_for_confirmation(self, sqlite_db: tuple[str, Filled], cli: Cli) -> None:
         refused = run("delete", "facts", "global:timezone", "--store", sqlite_db[0])
-        assert_one_line_error(refused, "refusing to delete 1 facts without --yes")
+        assert_one_line_error(refused, "refusing to delete 1 fact without --yes")
         assert "global:timezone" in {f["id"] for f in cli.json("facts")}
 
 
@@ -419,7 +419,7 @@ class TestStoreErrors:
         not_a_db.write_text("hello " * 200, encoding="utf-8")
         for store, message in (
             (f"sqlite:///{tmp_path}", "is a directory"),
-            (f"sqlite:///{not_a_db}", "cannot be used"),
+            (f"sqlite:///{not_a_db}", "not a memlane store"),
             ("redis://localhost", "unknown kind of store 'redis'"),
             ("nothing", "is not a URL"),
             (f"file:///{not_a_db}", "is a file, not a directory"),

@@ -12,6 +12,7 @@ a traceback), 2 on a usage error.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 from collections.abc import Sequence
@@ -37,9 +38,16 @@ examples:
   memlane show CONVERSATION_ID --json
   memlane export CONVERSATION_ID -o snapshot.json
   memlane facts --user u1
+  memlane facts set timezone Europe/Lisbon --scope user --user telegram:12345
+  memlane search "lisbon weather"                every scope; --user Ada narrows it
   memlane delete facts 'user:u1:timezone' --yes
+  memlane forget-user telegram:12345 --dry-run   every record of one person
   memlane serve --port 8765                      REST API and /memories page
   memlane tokens README.md
+
+Read-only commands (stats, conversations, show, export, facts, episodes, procedures,
+users, working, search) open the store read-only: they never create, migrate or change it,
+and refuse a file that is not a memlane store.
 
 exit status: 0 success, 1 an error you can fix (the message names it), 2 a usage error."""
 
@@ -77,6 +85,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _AuditLine(logging.Handler):
+    """Shows the audit line of a change on standard error, as the command's own remark.
+
+    It looks ``sys.stderr`` up at each line, so it follows whatever standard error is now.
+    """
+
+    def emit(self, record: logging.LogRecord) -> None:
+        sys.stderr.write(f"memlane: audit: {record.getMessage()}\n")
+
+
+_AUDIT_LINE = _AuditLine(logging.WARNING)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``memlane`` command (and of ``python -m memlane``).
 
@@ -89,6 +110,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     out = Output(as_json=args.json)
+    audit = logging.getLogger("memlane.audit")
+    if args.command != "serve" and _AUDIT_LINE not in audit.handlers:
+        # Every change a command makes is logged before it is made; the person at the
+        # terminal sees that line too (``serve`` logs it with timestamps instead).
+        audit.addHandler(_AUDIT_LINE)
     try:
         status: int = args.func(args, out)
     except BrokenPipeError:

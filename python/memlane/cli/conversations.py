@@ -8,10 +8,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from memlane.cli.output import CliError, Output
+from memlane.cli.output import CliError, Output, positive_int
 from memlane.cli.store import open_manager
+from memlane.conversation.snapshot import parse_snapshot
 from memlane.errors import NotFoundError
-from memlane.records import Records
+from memlane.records import Records, plural
+from memlane.tokens import TokenEstimator
 
 __all__ = ["register"]
 
@@ -21,16 +23,22 @@ def _bar(used: float, width: int = 10) -> str:
     return "█" * filled + "░" * (width - filled)
 
 
+def _budget(out: Output, used: float, budget: int, width: int = 10) -> str:
+    # The bar is drawn on a terminal only: piped lines stay plain text for cut and awk.
+    share = f"{used:.0%} of {budget}"
+    return f"{_bar(used, width)} {share}" if out.rich else share
+
+
 def list_conversations(args: argparse.Namespace, out: Output) -> int:
     """Lists conversations with turns, tokens, budget use and last activity."""
-    with open_manager(args) as manager:
+    with open_manager(args, read_only=True) as manager:
         page = Records(manager).conversations(limit=args.limit)
     rows = [
         (
             c["id"],
             c["turns"],
             c["history_tokens"],
-            f"{_bar(c['budget_used'])} {c['budget_used']:.0%} of {c['budget']}",
+            _budget(out, c["budget_used"], c["budget"]),
             "yes" if c["has_summary"] else "",
             c["last_activity"],
         )
@@ -46,8 +54,8 @@ def list_conversations(args: argparse.Namespace, out: Output) -> int:
 
 
 def show(args: argparse.Namespace, out: Output) -> int:
-    """Shows a conversation as the model would receive it."""
-    with open_manager(args) as manager:
+    """Shows a conversation as the model would receive it, and the turns summarised away."""
+    with open_manager(args, read_only=True) as manager:
         try:
             data = Records(manager).conversation(args.conversation_id)
         except NotFoundError:
@@ -56,28 +64,35 @@ def show(args: argparse.Namespace, out: Output) -> int:
         out.json(data)
         return 0
     out.text(f"conversation {data['id']}", style="bold")
+    shown = _bar(data["budget_used"], 24) + " " if out.rich else ""
     out.text(
-        f"history {_bar(data['budget_used'], 24)} {data['history_tokens']}/{data['budget']} "
-        f"tokens, {data['turns']} turns kept"
+        f"history {shown}{data['history_tokens']}/{data['budget']} tokens, "
+        f"{plural(data['turns'], 'turn')} kept"
     )
     if data["summary"]:
         out.text(f"summary ({data['summary_tokens']} tokens):", style="yellow")
         for line in data["summary"].splitlines():
             out.text(f"  {line}")
-    for turn in data["messages"]:
-        sent = "" if turn["sent"] else "  (kept, not sent: over the budget until summarised)"
+    for turn in data["transcript"]:
+        if turn["summarised"]:
+            sent = "  (summarised: in the summary, not sent)"
+        elif turn["sent"]:
+            sent = ""
+        else:
+            sent = "  (kept, not sent: over the budget until summarised)"
         out.text(
             f"[turn {turn['turn_id']}] {turn['tokens']} tokens  {turn['timestamp']}{sent}",
             style="dim",
         )
-        out.text(f"  user:      {turn['user']}", style="cyan")
-        out.text(f"  assistant: {turn['assistant']}", style="green")
+        faded = turn["summarised"]
+        out.text(f"  user:      {turn['user']}", style="dim" if faded else "cyan")
+        out.text(f"  assistant: {turn['assistant']}", style="dim" if faded else "green")
     return 0
 
 
 def export(args: argparse.Namespace, out: Output) -> int:
     """Writes a conversation's JSON snapshot to standard output or ``-o FILE``."""
-    with open_manager(args) as manager:
+    with open_manager(args, read_only=True) as manager:
         ids = args.conversation_id
         snapshots: list[dict[str, Any]] = []
         with out.progress("exporting", len(ids)) as advance:
@@ -96,7 +111,7 @@ def export(args: argparse.Namespace, out: Output) -> int:
         Path(args.output).write_text(text, encoding="utf-8")
     except OSError as exc:
         raise CliError(f"{args.output}: cannot be written ({exc.strerror})") from None
-    out.note(f"exported {len(snapshots)} conversation(s) to {args.output}")
+    out.note(f"exported {plural(len(snapshots), 'conversation')} to {args.output}")
     return 0
 
 
@@ -114,9 +129,36 @@ def _load_snapshots(name: str) -> list[dict[str, Any]]:
     except json.JSONDecodeError as exc:
         raise CliError(f"{name}: not JSON ({exc})") from None
     found = data if isinstance(data, list) else [data]
-    if not found or not all(isinstance(s, dict) for s in found):
-        raise CliError(f"{name}: not a conversation snapshot (memlane export writes them)")
+    if not found:
+        raise CliError(f"{name}: an empty list, not a conversation snapshot")
+    estimator = TokenEstimator(mode="heuristic")  # checks the shape; counts are redone on import
+    for n, snapshot in enumerate(found):
+        where = name if len(found) == 1 else f"{name}: item {n}"
+        _check_snapshot(where, snapshot, estimator)
     return found
+
+
+def _check_snapshot(where: str, snapshot: object, estimator: TokenEstimator) -> None:
+    """Refuses what ``memlane export`` never writes, before the store is opened or created."""
+    hint = "memlane export writes them"
+    if not isinstance(snapshot, dict):
+        raise CliError(
+            f"{where}: not a conversation snapshot (a JSON {type(snapshot).__name__}; {hint})"
+        )
+    if not isinstance(snapshot.get("turns"), list):
+        keys = ", ".join(repr(k) for k in list(snapshot)[:5]) or "none"
+        raise CliError(
+            f"{where}: not a conversation snapshot: no 'turns' list (keys found: {keys}; {hint})"
+        )
+    cid = snapshot.get("conversation_id")
+    if cid is not None and (not isinstance(cid, str) or not cid):
+        raise CliError(f"{where}: 'conversation_id' must be a non-empty string, got {cid!r}")
+    if not snapshot["turns"] and snapshot.get("summary") is None:
+        raise CliError(f"{where}: the snapshot holds no turns and no summary: nothing to import")
+    try:
+        parse_snapshot(snapshot, estimator)
+    except (TypeError, ValueError) as exc:
+        raise CliError(f"{where}: {str(exc).splitlines()[0]}") from None
 
 
 def import_(args: argparse.Namespace, out: Output) -> int:
@@ -154,14 +196,17 @@ def register(
         help="list conversations: turns, tokens, budget use, last activity",
         description="List every conversation with its turns, tokens, budget use and last activity.",
     )
-    listing.add_argument("--limit", type=int, default=None, help="show at most this many")
+    listing.add_argument("--limit", type=positive_int, default=None, help="show at most this many")
     listing.set_defaults(func=list_conversations)
 
     shown = sub.add_parser(
         "show",
         parents=[common],
         help="a conversation as the model receives it",
-        description="A conversation's summary and kept turns, with each turn's tokens and the budget.",
+        description=(
+            "A conversation's summary and every turn (those summarised away dimmed), with each "
+            "turn's tokens, which turns are sent now, and the conversation's own budget."
+        ),
     )
     shown.add_argument("conversation_id", metavar="CONVERSATION_ID")
     shown.set_defaults(func=show)

@@ -6,17 +6,57 @@ Errors a user can fix are raised as :class:`CliError` and printed by ``main`` as
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TextIO
 
-__all__ = ["CliError", "Output"]
+__all__ = ["CliError", "Output", "confirm", "fraction", "positive_int"]
 
 
 class CliError(Exception):
     """An error the user can fix; its message is printed as the one line of output."""
+
+
+def positive_int(text: str) -> int:
+    """An ``argparse`` type: a whole number >= 1 (``--limit 0`` is a usage error, exit 2)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, got {value}")
+    return value
+
+
+def fraction(text: str) -> float:
+    """An ``argparse`` type: a number from 0 to 1 (a confidence, an importance)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 1, got {text}")
+    return value
+
+
+def confirm(question: str, *, refusal: str, listing: Callable[[], None] | None = None) -> bool:
+    """Shows ``listing`` then asks ``question [y/N]`` on the terminal; whether it was yes.
+
+    Raises:
+        CliError: Standard input is not a terminal (``refusal`` says what was not done and
+            that ``--yes`` does it), so a script never blocks on, or guesses, an answer.
+    """
+    if not sys.stdin.isatty():
+        raise CliError(f"{refusal} (standard input is not a terminal)")
+    if listing is not None:
+        listing()
+    sys.stderr.write(f"{question} [y/N] ")
+    sys.stderr.flush()
+    answer = sys.stdin.readline()
+    return answer.strip().lower() in ("y", "yes")
 
 
 def _cell(value: Any) -> str:

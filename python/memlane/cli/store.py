@@ -17,6 +17,7 @@ from typing import Any
 
 from memlane.cli.output import CliError
 from memlane.config import MemlaneSettings
+from memlane.errors import NotAStoreError
 from memlane.manager import MemoryManager
 
 __all__ = ["STORE_HELP", "describe_store", "open_manager", "settings_for"]
@@ -72,16 +73,26 @@ def describe_store(settings: MemlaneSettings) -> str:
     return "in-memory store"
 
 
+def _first_line(exc: BaseException) -> str:
+    text = str(exc)
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
 @contextmanager
-def open_manager(args: argparse.Namespace, *, create: bool = False) -> Iterator[MemoryManager]:
+def open_manager(
+    args: argparse.Namespace, *, create: bool = False, read_only: bool = False
+) -> Iterator[MemoryManager]:
     """The manager on the store the command line names, connected, with long-term memory.
 
     Closed (with its store) when the block ends.
 
     Args:
         args: The parsed command line (its ``store``).
-        create: Create a missing SQLite file or store directory (``import``, ``serve``);
-            otherwise a missing one is an error, so a typo never inspects a new empty store.
+        create: Create a missing SQLite file or store directory (``import``, ``serve
+            --create``); otherwise a missing one is an error, so a typo never inspects or
+            serves a new empty store.
+        read_only: Open the store read-only: nothing is created, migrated or written, and
+            a file or database that is not a memlane store is refused, left as it was.
 
     Raises:
         CliError: The store is missing, unusable or unreachable.
@@ -89,7 +100,10 @@ def open_manager(args: argparse.Namespace, *, create: bool = False) -> Iterator[
     url = getattr(args, "store", None)
     if url is None and not any(name.upper() == "MEMLANE_BACKEND" for name in os.environ):
         # memlane's own default, a fresh in-memory store, holds nothing worth inspecting.
-        raise CliError(f"no store given: pass --store ({STORE_HELP}) or set MEMLANE_BACKEND")
+        raise CliError(
+            "no store given: pass --store URL (e.g. --store sqlite:///memory.sqlite3) "
+            "or set MEMLANE_BACKEND; memlane --help lists the kinds of store"
+        )
     settings = settings_for(url)
     where = describe_store(settings)
     path = {"sqlite": settings.sqlite_path, "file": settings.file_dir}.get(settings.backend)
@@ -106,11 +120,14 @@ def open_manager(args: argparse.Namespace, *, create: bool = False) -> Iterator[
                 )
             target.absolute().parent.mkdir(parents=True, exist_ok=True)
     try:
-        manager = MemoryManager.from_config(settings, long_term=True)
+        manager = MemoryManager.from_config(settings, long_term=True, read_only=read_only)
     except ImportError as exc:
         raise CliError(f"{where}: {str(exc).splitlines()[0]}") from None
+    except NotAStoreError as exc:
+        # Its message names the file or database already, and what it holds instead.
+        raise CliError(_first_line(exc)) from None
     except (OSError, ValueError) as exc:
-        raise CliError(f"{where} cannot be used: {str(exc).splitlines()[0]}") from None
+        raise CliError(f"{where} cannot be used: {_first_line(exc)}") from None
     try:
         yield manager
     finally:
