@@ -27,7 +27,7 @@ class Served:
 
     Args:
         args: Extra arguments after ``serve`` (``--store`` at least).
-        log: Where the server's standard error goes.
+        log: Where the server's standard output and error go.
         env: Extra environment variables.
     """
 
@@ -38,8 +38,8 @@ class Served:
         self._log = log.open("w", encoding="utf-8")
         self.process = subprocess.Popen(
             [sys.executable, "-m", "memlane", "serve", "--port", str(self.port), *args],
-            stdout=subprocess.DEVNULL,
-            stderr=self._log,
+            stdout=self._log,  # uvicorn's access log: tests check no token reaches it
+            stderr=subprocess.STDOUT,
             env={**os.environ, **(env or {})},
         )
         self.page_url = self._wait()
@@ -61,7 +61,7 @@ class Served:
         raise RuntimeError(f"memlane serve did not start in 60 s:\n{self.log()}")
 
     def log(self) -> str:
-        """What the server wrote to standard error so far."""
+        """What the server wrote so far."""
         if not self._log.closed:
             self._log.flush()
         return self.log_path.read_text(encoding="utf-8")

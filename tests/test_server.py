@@ -226,18 +226,33 @@ class TestToken:
 
     def test_every_request_needs_the_token(self, served: tuple[Api, Filled, MemoryManager]) -> None:
         client = served[0].client
+        cases = [
+            ({}, "bearer token is required", 'Bearer realm="memlane"'),
+            ({"Authorization": TOKEN}, "must be 'Bearer <token>'", 'Bearer realm="memlane"'),
+            (
+                {"Authorization": "Bearer wrong"},
+                "the bearer token is wrong",
+                'Bearer realm="memlane", error="invalid_token"',
+            ),
+        ]
         for method, path in (
             ("GET", "facts/"),
             ("GET", "openapi.json"),
             ("POST", "facts/batch-delete/"),
         ):
-            for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": TOKEN}):
+            for headers, message, challenge in cases:
                 response = client.request(method, API + path, headers=headers, json={"ids": ["x"]})
                 assert response.status_code == 401
-                assert "bearer token is required" in response.json()["error"]
+                assert message in response.json()["error"]
+                assert response.headers["www-authenticate"] == challenge
         refused = client.get("/memories")
         assert refused.status_code == 401
         assert "/memories?token=" in refused.text  # a person is told where the token is
+        client.cookies.set(COOKIE_NAME, "stale")
+        wrong_cookie = client.get(API + "facts/")
+        assert wrong_cookie.json()["error"] == "the bearer token is wrong"
+        assert "invalid_token" in wrong_cookie.headers["www-authenticate"]
+        client.cookies.clear()
         assert served[0].get("facts/")["total"] == 6
 
     def test_the_page_url_sets_an_http_only_cookie(
@@ -399,7 +414,7 @@ def test_memlane_serve(tmp_path: Path) -> None:
     """The real command: uvicorn on loopback, the token it was given, deletes in its log."""
     store = f"sqlite:///{tmp_path / 'served.sqlite3'}"
     env = {"MEMLANE_SERVER_TOKEN": TOKEN}
-    with Served("--store", store, log=tmp_path / "serve.log", env=env) as server:
+    with Served("--store", store, "--create", log=tmp_path / "serve.log", env=env) as server:
         assert server.page_url == f"{server.base}/memories?token={TOKEN}"
         assert httpx.get(f"{server.base}{API}facts/").status_code == 401
         assert httpx.get(f"{server.base}{API}facts/", headers=AUTH).json()["total"] == 0

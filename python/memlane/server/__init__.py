@@ -2,12 +2,27 @@
 
 :func:`create_app` builds the Starlette application over a
 :class:`~memlane.MemoryManager`, so a host can mount it in its own ASGI app; the ``memlane
-serve`` command runs it with uvicorn. :mod:`~memlane.server.app` holds the routes and the
-token check, :mod:`~memlane.server.openapi` the schema, ``memories.html`` the page.
+serve`` command runs it with uvicorn, passing :func:`uvicorn_log_config` so no log line
+carries the token. :mod:`~memlane.server.app` holds the routes,
+:mod:`~memlane.server.security` the headers, the token check and the log filter,
+:mod:`~memlane.server.inputs` the checks of what a request carries,
+:mod:`~memlane.server.openapi` the schema, and ``memories.html``/``.js``/``.css`` the page.
 """
 
 from __future__ import annotations
 
-from memlane.server.app import COOKIE_NAME, create_app
+from memlane.server.app import create_app
+from memlane.server.security import (
+    COOKIE_NAME,
+    SECURITY_HEADERS,
+    RedactTokenFilter,
+    uvicorn_log_config,
+)
 
-__all__ = ["COOKIE_NAME", "create_app"]
+__all__ = [
+    "COOKIE_NAME",
+    "SECURITY_HEADERS",
+    "RedactTokenFilter",
+    "create_app",
+    "uvicorn_log_config",
+]

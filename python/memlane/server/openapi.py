@@ -27,6 +27,10 @@ _PAGING = [
     _query("q", "only records whose JSON contains this text (case-insensitive)"),
     _query("offset", "records to skip", "integer"),
     _query("limit", "records per page (1-500, default 50)", "integer"),
+    _query("sort", "the field to sort by (a column of the rows; 400 names the allowed ones)"),
+    _query("descending", "true: sort from the largest", "boolean"),
+    _query("since", "only records at or after this ISO 8601 date/time (the kind's main time)"),
+    _query("until", "only records at or before this ISO 8601 date/time"),
 ]
 _ERROR = {
     "description": "error",
@@ -66,10 +70,34 @@ def _delete(what: str) -> dict[str, Any]:
                 },
                 "400": _ERROR,
                 "401": _ERROR,
+                "413": _ERROR,
                 "415": _ERROR,
             },
         }
     }
+
+
+def _patch(summary: str, parameters: list[dict[str, Any]], body: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "summary": summary,
+        "parameters": parameters,
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": {"type": "object", **body}}},
+        },
+        "responses": {
+            "200": _OBJECT,
+            "400": _ERROR,
+            "401": _ERROR,
+            "404": _ERROR,
+            "413": _ERROR,
+            "415": _ERROR,
+        },
+    }
+
+
+_ANY = {"description": "any JSON value"}
+_CONVERSATIONS = _list("conversations: turns, tokens, budget use, last activity", [])
 
 
 def openapi_schema() -> dict[str, Any]:
@@ -79,7 +107,7 @@ def openapi_schema() -> dict[str, Any]:
         "info": {
             "title": "memlane",
             "version": __version__,
-            "description": "Browse, search and delete what agents remember.",
+            "description": "Browse, search, edit and delete what agents remember.",
         },
         "components": {
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
@@ -132,6 +160,18 @@ def openapi_schema() -> dict[str, Any]:
                 ],
             ),
             "/api/v1/facts/batch-delete/": _delete("facts"),
+            "/api/v1/facts/{id}": {
+                "patch": _patch(
+                    "change a fact's value and/or confidence (logged)",
+                    [_path("id")],
+                    {
+                        "properties": {
+                            "value": _ANY,
+                            "confidence": {"type": "number", "minimum": 0, "maximum": 1},
+                        }
+                    },
+                )
+            },
             "/api/v1/episodes/": _list(
                 "episodes, most recent first",
                 [
@@ -154,13 +194,44 @@ def openapi_schema() -> dict[str, Any]:
             "/api/v1/memory-users/batch-delete/": _delete(
                 "users (and their identifier index entries)"
             ),
-            "/api/v1/checkpoints/": _list(
-                "conversations: turns, tokens, budget use, last activity", []
-            ),
+            "/api/v1/memory-users/{id}": {
+                "patch": _patch(
+                    "rename a user (logged)",
+                    [_path("id")],
+                    {
+                        "required": ["display_name"],
+                        "properties": {"display_name": {"type": ["string", "null"]}},
+                    },
+                ),
+                "delete": {
+                    "summary": (
+                        "delete a user; cascade=true forgets every record of that person "
+                        "(facts, episodes, conversations, channel ids), dry_run=true lists them"
+                    ),
+                    "parameters": [
+                        _path("id"),
+                        _query("cascade", "true: every record of the person", "boolean"),
+                        _query("dry_run", "true: list what would go, delete nothing", "boolean"),
+                    ],
+                    "responses": {"200": _OBJECT, "400": _ERROR, "401": _ERROR, "404": _ERROR},
+                },
+            },
+            "/api/v1/checkpoints/": _CONVERSATIONS,
             "/api/v1/checkpoints/batch-delete/": _delete("conversations"),
+            "/api/v1/conversations/": _CONVERSATIONS,
+            "/api/v1/conversations/batch-delete/": _delete("conversations"),
+            "/api/v1/totals/": {
+                "get": {
+                    "summary": "how many records of each kind, and the store's bytes",
+                    "responses": {"200": _OBJECT, "401": _ERROR},
+                }
+            },
             "/api/v1/conversations/{id}": {
                 "get": {
-                    "summary": "a conversation: summary, turns with tokens, budget",
+                    "summary": (
+                        "a conversation: its own budget, summary, the turns sent now, and the "
+                        "whole transcript (summarised turns included)"
+                    ),
                     "parameters": [_path("id")],
                     "responses": {"200": _OBJECT, "404": _ERROR},
                 }
@@ -176,13 +247,28 @@ def openapi_schema() -> dict[str, Any]:
                 }
             },
             "/api/v1/working/{scope}/batch-delete/": _delete("working-memory facts by key"),
+            "/api/v1/working/{scope}/{key}": {
+                "patch": _patch(
+                    "set a working-memory fact's value (and importance); logged",
+                    [_path("scope"), _path("key")],
+                    {
+                        "required": ["value"],
+                        "properties": {
+                            "value": _ANY,
+                            "importance": {"type": "number", "minimum": 0, "maximum": 1},
+                        },
+                    },
+                )
+            },
             "/api/v1/search/": {
                 "get": {
                     "summary": "ranked search over facts, procedures and episodes",
                     "parameters": [
                         {**_query("q", "the words to search for"), "required": True},
                         _query("type", "all, facts, procedures or episodes"),
-                        _query("user_id", "facts visible to this user"),
+                        _query(
+                            "user_id", "facts visible to this user (id, channel:id or display name)"
+                        ),
                         _query("agent_id", "facts visible to this agent"),
                         _query("session_id", "facts visible to this session"),
                         _query("limit", "at most this many", "integer"),
