@@ -541,10 +541,13 @@ class TestValuesPostgreSQLCannotHold:
             await pg.async_save_many("ns", [entry(content=1), entry(key="\x00", content=2)])
         assert await pg.async_load("ns") == []
 
-    async def test_lookups_of_such_values_find_nothing(self, pg: Store) -> None:
-        assert await pg.async_load_by_key("ns", "a\x00") is None
-        assert await pg.async_delete("ns", "a\x00") is False
-        assert await pg.async_load("ns\ud800") == []
+    async def test_lookups_of_such_values_are_value_errors_naming_them(self, pg: Store) -> None:
+        with pytest.raises(InvalidValueError, match=r"key 'a\\x00' contains a NUL"):
+            await pg.async_load_by_key("ns", "a\x00")
+        with pytest.raises(InvalidValueError, match="entry_id 'a\\\\x00'"):
+            await pg.async_delete("ns", "a\x00")
+        with pytest.raises(InvalidValueError, match="namespace 'ns\\\\ud800'"):
+            await pg.async_load("ns\ud800")
 
     async def test_namespace_with_nul_is_a_value_error(self, pg: Store) -> None:
         with pytest.raises(ValueError, match="NUL"):
@@ -574,7 +577,8 @@ class TestValuesMongoDBHolds:
         assert await mongo.async_load_by_key("ns", "k") == e
         with pytest.raises(InvalidValueError, match="key"):
             await mongo.async_save("ns", entry(key="\ud800", content=1))
-        assert await mongo.async_load_by_key("ns", "\ud800") is None
+        with pytest.raises(InvalidValueError, match="key '\\\\ud800' contains a lone surrogate"):
+            await mongo.async_load_by_key("ns", "\ud800")
 
 
 # ---------------------------------------------------------------------------- sync twins

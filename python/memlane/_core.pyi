@@ -283,14 +283,22 @@ class SqliteTable:
     Args:
         path: The database file; it and its parent directories are created if missing.
             ``":memory:"`` keeps the database in memory.
+        read_only: Open the existing file with SQLite's read-only flag: nothing is created,
+            switched (journal mode) or migrated, and SQLite refuses every write.
 
     Raises:
         OSError: A parent directory cannot be created (the errno's subclass, with the
             directory as ``filename``, as ``Path.mkdir`` raises it).
-        sqlite3.OperationalError: The file cannot be opened as a database.
+        sqlite3.OperationalError: The file cannot be opened as a database, or (read-only)
+            it was made by an older memlane and needs migrating.
+        sqlite3.DatabaseError: The database holds tables and none of memlane's, or
+            (read-only) none at all; the message begins with ``"not a memlane store"``.
     """
 
-    def __new__(cls, path: str | PathLike[str]) -> Self: ...
+    def __new__(cls, path: str | PathLike[str], read_only: bool = False) -> Self: ...
+    def delete_many(self, namespace: str, entry_ids: list[str]) -> list[str]:
+        """Removes the entries of this namespace with these ids in one transaction (all or
+        none); the ids that existed, in the order given."""
     def save(self, namespace: str, row: _Row) -> None:
         """Upserts one row atomically (same rules as :class:`MemoryTable`).
 

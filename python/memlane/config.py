@@ -171,16 +171,23 @@ class MemlaneSettings(BaseSettings):
             raise ValueError("invalid memlane configuration: " + "; ".join(problems)) from None
 
 
-def create_store(settings: MemlaneSettings) -> MemoryStore:
+def create_store(settings: MemlaneSettings, *, read_only: bool = False) -> MemoryStore:
     """The store ``settings`` describe, not yet connected.
+
+    Args:
+        settings: The configuration.
+        read_only: Open an existing store for reading only: nothing is created in it, and
+            every write raises :class:`~memlane.errors.ReadOnlyStoreError`.
 
     Raises:
         ImportError: The backend's optional driver is missing (the message names the extra).
+        NotAStoreError: ``read_only`` and the file or directory is not a memlane store (a
+            database store says so on first use).
     """
     if settings.backend == "file":
-        return FileStore(settings.file_dir)
+        return FileStore(settings.file_dir, read_only=read_only)
     if settings.backend == "sqlite":
-        return SQLiteStore(settings.sqlite_path)
+        return SQLiteStore(settings.sqlite_path, read_only=read_only)
     if settings.backend == "postgres":
         assert settings.postgres_url is not None  # checked by the model validator
         return PostgreSQLStore(
@@ -188,6 +195,7 @@ def create_store(settings: MemlaneSettings) -> MemoryStore:
             pool_size=settings.postgres_pool_size,
             pool_min_size=settings.postgres_pool_min_size,
             schema_name=settings.postgres_schema,
+            read_only=read_only,
         )
     if settings.backend == "mongodb":
         assert settings.mongodb_url is not None  # checked by the model validator
@@ -196,5 +204,6 @@ def create_store(settings: MemlaneSettings) -> MemoryStore:
             database=settings.mongodb_database,
             collection=settings.mongodb_collection,
             pool_size=settings.mongodb_pool_size,
+            read_only=read_only,
         )
-    return InMemoryStore()
+    return InMemoryStore(read_only=read_only)

@@ -58,3 +58,12 @@ class StoreConnectionError(StoreError, ConnectionError):
 
 class StoreClosedError(MemlaneError, ValueError):
     """A local store used after :meth:`close` (a ``ValueError``, as for a closed file)."""
+
+
+class ReadOnlyStoreError(StoreError):
+    """A write to a store opened read-only (``read_only=True``); names the store."""
+
+
+class NotAStoreError(StoreError):
+    """A file or database that is not a memlane store (missing, empty, or another
+    application's); names the file or place. Nothing is created or changed in it."""

@@ -158,7 +158,9 @@ class MemoryManager:
         self._working = WorkingMemory(store=self._store, scope_id=working_scope_id)
 
     @classmethod
-    def from_config(cls, settings: MemlaneSettings | None = None, **kwargs: Any) -> MemoryManager:
+    def from_config(
+        cls, settings: MemlaneSettings | None = None, *, read_only: bool = False, **kwargs: Any
+    ) -> MemoryManager:
         """A manager on the store ``MEMLANE_*`` variables describe, connected and ready.
 
         A database store is initialised here (connected, schema migrated), on the private
@@ -166,33 +168,45 @@ class MemoryManager:
 
         Args:
             settings: Use these instead of reading the environment.
+            read_only: Open the existing store for reading only (what a command that only
+                reads wants): nothing is created, migrated or written, and every write
+                raises :class:`~memlane.errors.ReadOnlyStoreError`.
             **kwargs: Passed to the constructor (``summarizer=``, ``working_scope_id=``,
                 ...); they win over the settings.
 
         Raises:
             ValueError: A configuration problem; the message names the variable.
             StoreConnectionError: The database cannot be reached.
+            NotAStoreError: ``read_only`` and the store does not exist (names it).
         """
         from memlane.config import MemlaneSettings, create_store
 
         settings = settings if settings is not None else MemlaneSettings.from_env()
-        store = create_store(settings)
-        store.initialize()
-        manager = cls(store=store, **cls._options(settings, kwargs))
+        store = create_store(settings, read_only=read_only)
+        try:
+            store.initialize()
+            manager = cls(store=store, **cls._options(settings, kwargs))
+        except BaseException:
+            store.close()
+            raise
         manager._owns_store = True
         return manager
 
     @classmethod
     async def async_from_config(
-        cls, settings: MemlaneSettings | None = None, **kwargs: Any
+        cls, settings: MemlaneSettings | None = None, *, read_only: bool = False, **kwargs: Any
     ) -> MemoryManager:
         """Async :meth:`from_config`: a database store is initialised on the running loop."""
         from memlane.config import MemlaneSettings, create_store
 
         settings = settings if settings is not None else MemlaneSettings.from_env()
-        store = create_store(settings)
-        await store.async_initialize()
-        manager = cls(store=store, **cls._options(settings, kwargs))
+        store = create_store(settings, read_only=read_only)
+        try:
+            await store.async_initialize()
+            manager = cls(store=store, **cls._options(settings, kwargs))
+        except BaseException:
+            await store.async_close()
+            raise
         manager._owns_store = True
         return manager
 

@@ -279,6 +279,34 @@ def _begin(conn: sqlite3.Connection) -> None:
     _with_lock_retry(lambda: conn.execute("BEGIN IMMEDIATE"))
 
 
+NOT_A_STORE = "not a memlane store"
+"""How both tables begin the message of a database that holds no memlane table (the store
+maps it to :class:`~memlane.errors.NotAStoreError`)."""
+
+OUTDATED = "made by an older memlane: open it once writable to upgrade it"
+"""Why a read-only open refuses a memlane file that lacks the version column or the index."""
+
+
+def _check_memlane(conn: sqlite3.Connection, read_only: bool) -> None:
+    """Refuses a database that is not a memlane store, before anything is written to it.
+
+    A writable open accepts an empty database (it becomes a store) and refuses one holding
+    other tables and not memlane's; a read-only open refuses both, and also a memlane file
+    it would have to migrate.
+    """
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    if "memory_entries" not in tables:
+        if tables:
+            raise sqlite3.DatabaseError(
+                f"{NOT_A_STORE}: it holds another application's tables ({len(tables)}), no memory_entries"
+            )
+        if read_only:
+            raise sqlite3.DatabaseError(f"{NOT_A_STORE}: the database is empty")
+        return
+    if read_only and not (_has_version(conn) and _has_search(conn)):
+        raise sqlite3.OperationalError(OUTDATED)
+
+
 def _has_version(conn: sqlite3.Connection) -> bool:
     return any(col[1] == "version" for col in conn.execute("PRAGMA table_info(memory_entries)"))
 
@@ -397,12 +425,32 @@ def build_entries(rows: list[Row], kit: EntryKit) -> tuple[list[Any], list[int]]
 class SqliteTable:
     """The SQLite store on stdlib ``sqlite3``: every call is one transaction."""
 
-    def __init__(self, path: str) -> None:
-        if path != ":memory:":
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30)
+    def __init__(self, path: str, read_only: bool = False) -> None:
+        """Opens the database at ``path``.
+
+        Writable, the file and its parent directories are created if missing, and the
+        schema created or migrated. Read-only, the existing file is opened with SQLite's
+        ``mode=ro`` and nothing is created, switched or migrated: SQLite itself refuses
+        every write.
+        """
+        if read_only:
+            target = f"{Path(path).absolute().as_uri()}?mode=ro"
+        else:
+            if path != ":memory:":
+                Path(path).parent.mkdir(parents=True, exist_ok=True)
+            target = path
+        conn = sqlite3.connect(
+            target, isolation_level=None, check_same_thread=False, timeout=30, uri=read_only
+        )
+        try:
+            _check_memlane(conn, read_only)
+        except BaseException:
+            conn.close()
+            raise
         self._conn: sqlite3.Connection | None = conn
         self._lock = threading.Lock()
+        if read_only:
+            return
         for pragma in PRAGMAS:
             _with_lock_retry(lambda: conn.execute(pragma))  # noqa: B023 (called at once)
         with self._lock:
@@ -572,6 +620,28 @@ class SqliteTable:
                 (namespace, entry_id),
             )
             return cur.rowcount > 0
+
+    def delete_many(self, namespace: str, entry_ids: list[str]) -> list[str]:
+        """Removes the entries of this namespace with these ids in one transaction (all or
+        none); the ids that existed, in the order given."""
+        with self._lock:
+            conn = self._open()
+            _begin(conn)
+            try:
+                gone = [
+                    entry_id
+                    for entry_id in entry_ids
+                    if conn.execute(
+                        "DELETE FROM memory_entries WHERE namespace = ? AND entry_id = ?",
+                        (namespace, entry_id),
+                    ).rowcount
+                    > 0
+                ]
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+            return gone
 
     def clear(self, namespace: str) -> int:
         """Removes every entry of a namespace; how many there were."""

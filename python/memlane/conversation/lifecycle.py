@@ -36,6 +36,7 @@ from memlane.conversation.state import (
     transcript_namespace,
 )
 from memlane.errors import ConversationNotFoundError
+from memlane.stores._base import read_only_error
 from memlane.tokens import TokenEstimator
 from memlane.types import MemoryEntry
 
@@ -78,7 +79,9 @@ class ConversationLifecycle:
     _extracting: set[Any]  # extraction jobs (Future or Task) not yet known to be done
     _jobs_guard: threading.Lock  # guards _extracting: jobs start and end in any thread
     _persistent: bool
+    _read_only: bool  # the store was opened read-only: reads must not try to tidy it up
     _states: OrderedDict[str, ConversationState]
+    store: Any
     _locks: LockTable
     _pending: dict[str, Any]  # conversation id -> its background summary (Future or Task)
     _count_texts: Callable[[list[str]], list[int]]
@@ -167,6 +170,9 @@ class ConversationLifecycle:
         from that event.
         """
         self._states.pop(cid, None)
+        if self._read_only:
+            # Reads as gone, as on any store; removing it is left to a writable open.
+            return False
         if self.retain_transcript or self._persistent:
             yield StoreCall("clear", (transcript_namespace(cid),))
         if not self._persistent:
@@ -214,7 +220,9 @@ class ConversationLifecycle:
             entries, holds = [], False
         known = holds or index is not None
         state, leftovers = restore(entries, self.max_tokens)
-        for entry_id in leftovers:
+        # What an interrupted clear or summary left; a read-only store keeps it, and the
+        # state read is the same either way.
+        for entry_id in [] if self._read_only else leftovers:
             yield StoreCall("delete", (ns, entry_id))
         if not known and not create:
             return None
@@ -300,6 +308,8 @@ class ConversationLifecycle:
 
     def _cleanup_plan(self) -> Plan[int]:
         """Expires every conversation idle past the ttl, each under its own lock."""
+        if self._read_only:
+            raise read_only_error(self.store)
         if self.conversation_ttl is None:
             return 0
         now = time.time()

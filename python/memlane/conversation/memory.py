@@ -362,6 +362,7 @@ class ConversationMemory(ConversationLogic):
         # Turns are mirrored into the store only where they outlive the process; an in-memory
         # store would just hold a second copy of what the cached state already has.
         self._persistent = bool(getattr(self.store, "persistent", True))
+        self._read_only = getattr(self.store, "read_only", False) is True
         self._states: OrderedDict[str, ConversationState] = OrderedDict()
         self._locks = LockTable()
         self._pending: dict[str, concurrent.futures.Future[None] | asyncio.Task[None]] = {}

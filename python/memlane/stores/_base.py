@@ -15,7 +15,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
 
-from memlane.errors import StoreClosedError, StorePathError
+from memlane.errors import ReadOnlyStoreError, StoreClosedError, StorePathError
 from memlane.stores.protocol import ConditionalStore, SyncMemoryStore
 
 P = ParamSpec("P")
@@ -37,6 +37,11 @@ def ensure_directory(directory: Path, owner: str) -> None:
         raise StorePathError(f"{owner}: a parent of {exc.filename} is not a directory") from exc
     except OSError as exc:
         raise StorePathError(f"{owner}: cannot create {directory}: {exc.strerror}") from exc
+
+
+def read_only_error(store: object) -> ReadOnlyStoreError:
+    """The error of a write to ``store``, which was opened read-only."""
+    return ReadOnlyStoreError(f"{store!r} was opened read-only: it takes no writes")
 
 
 def _named(twin: Callable[..., Any], name: str, doc: str) -> None:
@@ -135,9 +140,19 @@ class LocalStore(ContextManaged):
 
     _closed = False
 
+    read_only = False
+    """Whether the store was opened read-only: every write raises
+    :class:`~memlane.errors.ReadOnlyStoreError`."""
+
     def _check_open(self) -> None:
         if self._closed:
             raise StoreClosedError(f"{self!r} is closed")
+
+    def _check_write(self) -> None:
+        """:meth:`_check_open`, and refuses a write to a store opened read-only."""
+        self._check_open()
+        if self.read_only:
+            raise read_only_error(self)
 
     def _release(self) -> None:
         """Frees what the store holds; called once, by the first :meth:`close`."""
@@ -167,5 +182,6 @@ class LocalStore(ContextManaged):
     async_cleanup_expired = awaitable(SyncMemoryStore.cleanup_expired)
     async_save_if = awaitable(ConditionalStore.save_if)
     async_load_range = awaitable(ConditionalStore.load_range)
+    async_delete_many = awaitable(ConditionalStore.delete_many)
     async_initialize = awaitable(SyncMemoryStore.initialize)
     async_close = awaitable(SyncMemoryStore.close)

@@ -22,16 +22,17 @@ import urllib.parse
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from datetime import datetime
 from types import ModuleType
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Never, TypeVar
 
 from memlane._locks import running_loop
 from memlane._validate import check_seconds, check_str
-from memlane.errors import InvalidValueError, StoreConnectionError
-from memlane.stores._base import ContextManaged, blocking
+from memlane.errors import InvalidValueError, MemlaneError, StoreConnectionError, StoreError
+from memlane.stores._base import ContextManaged, blocking, read_only_error
 from memlane.stores.protocol import (
     SearchHit,
     check_entry,
     check_entry_id,
+    check_entry_ids,
     check_expected_version,
     check_key,
     check_key_range,
@@ -171,7 +172,12 @@ class NetworkStore(ContextManaged, Generic[R]):
     _kind = "database"
     _default_port = 0
 
-    def __init__(self, url: str, timeout: float) -> None:
+    read_only = False
+    """Whether the store was opened read-only: it creates and migrates nothing, and every
+    write raises :class:`~memlane.errors.ReadOnlyStoreError` before any I/O."""
+
+    def __init__(self, url: str, timeout: float, read_only: bool = False) -> None:
+        self.read_only = bool(read_only)
         self._url = _check_url(url)
         self.timeout = check_seconds(timeout, "timeout")
         self.address = hosts(self._url, self._default_port)
@@ -215,6 +221,27 @@ class NetworkStore(ContextManaged, Generic[R]):
     def _name_problem(self, text: str) -> str | None:
         """Why this backend cannot hold ``text`` as a namespace, key or id, or ``None``."""
         return None
+
+    def _is_driver_error(self, exc: BaseException) -> bool:
+        """Whether ``exc`` is the driver's own (mapped to :class:`StoreError` by ``_call``)."""
+        return False
+
+    def _check_names(self, **values: str) -> None:
+        """Refuses, before any I/O, a namespace, key or id this backend cannot hold.
+
+        Raises:
+            InvalidValueError: The first such value, named with what is wrong in it.
+        """
+        for field, value in values.items():
+            problem = self._name_problem(value)
+            if problem is not None:
+                raise InvalidValueError(
+                    f"{field} {value!r} contains {problem}, which {self._kind} cannot hold"
+                )
+
+    def _check_write(self) -> None:
+        if self.read_only:
+            raise read_only_error(self)
 
     # ---- resources
 
@@ -261,9 +288,10 @@ class NetworkStore(ContextManaged, Generic[R]):
     ) -> T:
         try:
             return await op(resource)
-        except Exception as exc:
-            if not self._is_connection_error(exc):
-                raise
+        except Exception as exc:  # noqa: BLE001 (every exception is re-raised, mapped or not)
+            # memlane's own errors are OSErrors too, but never a dropped connection.
+            if isinstance(exc, MemlaneError) or not self._is_connection_error(exc):
+                self._raise_mapped(exc)
         # Every operation is idempotent (upserts by entry_id; save_if recognises its own
         # earlier win), so one retry on fresh connections cannot duplicate anything; it is
         # what survives a server restart.
@@ -271,9 +299,18 @@ class NetworkStore(ContextManaged, Generic[R]):
         try:
             return await op(resource)
         except Exception as exc:
-            if self._is_connection_error(exc):
+            if not isinstance(exc, MemlaneError) and self._is_connection_error(exc):
                 raise self._unreachable(exc, doing) from exc
-            raise
+            self._raise_mapped(exc)
+
+    def _raise_mapped(self, exc: Exception) -> Never:
+        """Re-raises ``exc``, a driver's exception as a :class:`StoreError` naming the server:
+        no raw driver exception leaves the store."""
+        if isinstance(exc, MemlaneError) or not self._is_driver_error(exc):
+            raise exc
+        raise StoreError(
+            f"{self._kind} at {self.address} refused the operation: {type(exc).__name__}: {exc}"
+        ) from exc
 
     async def _call(self, op: Callable[[R], Awaitable[T]]) -> T:
         return await self._retrying(op, await self._resource())
@@ -396,11 +433,13 @@ class NetworkStore(ContextManaged, Generic[R]):
             StoreConnectionError: The server is unreachable (after one retry).
         """
         prepared = self._prepare(check_namespace(namespace), [check_entry(entry)])
+        self._check_write()
         await self._call(lambda r: self._do_save_many(r, namespace, prepared))
 
     async def async_save_many(self, namespace: str, entries: list[MemoryEntry]) -> None:
         """Saves several entries of one namespace in one round trip (see the class docs)."""
         prepared = self._prepare(check_namespace(namespace), [check_entry(e) for e in entries])
+        self._check_write()
         if entries:
             await self._call(lambda r: self._do_save_many(r, namespace, prepared))
 
@@ -431,6 +470,7 @@ class NetworkStore(ContextManaged, Generic[R]):
         check_keyed_entry(entry)
         expected = check_expected_version(expected_version)
         prepared = self._prepare(namespace, [entry])[0]
+        self._check_write()
         attempts = 0
 
         def attempt(resource: R) -> Awaitable[bool]:
@@ -452,46 +492,73 @@ class NetworkStore(ContextManaged, Generic[R]):
         """
         check_namespace(namespace)
         check_key_range(start, stop)
+        self._check_names(namespace=namespace)
         for name, bound in (("start", start), ("stop", stop)):
             problem = self._name_problem(bound)
             if problem is not None:
                 raise InvalidValueError(
-                    f"load_range {name} contains {problem}, which {self._kind} cannot compare"
+                    f"load_range {name} {bound!r} contains {problem}, which {self._kind} "
+                    "cannot compare"
                 )
-        if start >= stop or self._name_problem(namespace) is not None:
+        if start >= stop:
             return []
         now = utc_now()
         return await self._call(lambda r: self._do_load_range(r, namespace, start, stop, now))
 
     async def async_load(self, namespace: str) -> list[MemoryEntry]:
-        """Unexpired entries of ``namespace`` in insertion order."""
-        if self._name_problem(check_namespace(namespace)) is not None:
-            return []  # such a namespace cannot have been stored
+        """Unexpired entries of ``namespace`` in insertion order.
+
+        Raises:
+            InvalidValueError: ``namespace`` holds what this backend cannot (a ``ValueError``
+                naming it), before any I/O; so do the other methods for their names.
+        """
+        self._check_names(namespace=check_namespace(namespace))
         now = utc_now()
         return await self._call(lambda r: self._do_load(r, namespace, now))
 
     async def async_load_by_key(self, namespace: str, key: str) -> MemoryEntry | None:
         """The unexpired entry holding ``key``, or ``None``."""
-        check_namespace(namespace)
-        if self._name_problem(check_key(key)) is not None:
-            return None
+        self._check_names(namespace=check_namespace(namespace), key=check_key(key))
         now = utc_now()
         return await self._call(lambda r: self._do_load_by_key(r, namespace, key, now))
 
     async def async_delete(self, namespace: str, entry_id: str) -> bool:
         """Removes one entry; whether it existed (after a retried failure, possibly ``False``)."""
-        check_namespace(namespace)
-        if self._name_problem(check_entry_id(entry_id)) is not None:
-            return False
+        self._check_names(namespace=check_namespace(namespace), entry_id=check_entry_id(entry_id))
+        self._check_write()
         return await self._call(lambda r: self._do_delete(r, namespace, entry_id))
+
+    async def async_delete_many(self, namespace: str, entry_ids: list[str]) -> list[str]:
+        """Removes the entries of ``namespace`` with these ids; the ids that existed, in the
+        order given (see the store's class docs for how atomically).
+
+        Raises:
+            TypeError: ``entry_ids`` is not a list of ``str``.
+            InvalidValueError: An id or the namespace holds what this backend cannot.
+            ReadOnlyStoreError: The store was opened read-only.
+        """
+        self._check_names(namespace=check_namespace(namespace))
+        ids = check_entry_ids(entry_ids)
+        for entry_id in ids:
+            self._check_names(entry_id=entry_id)
+        self._check_write()
+        if not ids:
+            return []
+        return await self._call(lambda r: self._do_delete_many(r, namespace, ids))
+
+    async def _do_delete_many(self, resource: R, namespace: str, ids: list[str]) -> list[str]:
+        """One by one, unless the backend can do better."""
+        return [i for i in ids if await self._do_delete(resource, namespace, i)]
 
     async def async_clear(self, namespace: str) -> int:
         """Removes every entry of ``namespace``; how many."""
-        check_namespace(namespace)
+        self._check_names(namespace=check_namespace(namespace))
+        self._check_write()
         return await self._call(lambda r: self._do_clear(r, namespace))
 
     async def async_cleanup_expired(self) -> int:
         """Deletes expired entries of every namespace; how many."""
+        self._check_write()
         now = utc_now()
         return await self._call(lambda r: self._do_cleanup(r, now))
 
@@ -515,8 +582,8 @@ class NetworkStore(ContextManaged, Generic[R]):
             StoreConnectionError: The server is unreachable (after one retry).
         """
         names, terms, limit, minimum = check_search(namespaces, query, limit, min_importance)
-        # A namespace this backend cannot hold was never stored.
-        names = [n for n in names if self._name_problem(n) is None]
+        for name in names:
+            self._check_names(namespace=name)
         if not names or not terms:
             return []
         now = utc_now()
@@ -531,6 +598,7 @@ class NetworkStore(ContextManaged, Generic[R]):
     load = blocking(async_load)
     load_by_key = blocking(async_load_by_key)
     delete = blocking(async_delete)
+    delete_many = blocking(async_delete_many)
     clear = blocking(async_clear)
     cleanup_expired = blocking(async_cleanup_expired)
     namespaces = blocking(async_namespaces)

@@ -323,6 +323,12 @@ $body$;
             f"AND {live} ORDER BY key"
         )
         self.delete = f"DELETE FROM {t} WHERE namespace = $1 AND entry_id = $2"
+        # One statement, so one transaction: every id goes or none does.
+        self.delete_many = (
+            f"DELETE FROM {t} WHERE namespace = $1 AND entry_id = ANY($2::text[]) "
+            "RETURNING entry_id"
+        )
+        self.exists = f"SELECT to_regclass('{t}') IS NOT NULL"
         self.clear = f"DELETE FROM {t} WHERE namespace = $1"
         self.cleanup = f"DELETE FROM {t} WHERE expires_at IS NOT NULL AND expires_at <= $1"
         self.namespaces = f"SELECT namespace FROM {t} GROUP BY namespace ORDER BY min(seq)"

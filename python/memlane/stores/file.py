@@ -16,8 +16,8 @@ from typing import Any
 
 from filelock import FileLock, Timeout
 
-from memlane.errors import CorruptStoreError, StoreError
-from memlane.stores._base import LocalStore, awaitable, ensure_directory
+from memlane.errors import CorruptStoreError, NotAStoreError, StoreError
+from memlane.stores._base import LocalStore, awaitable, ensure_directory, read_only_error
 from memlane.stores._file_log import (
     NamespaceIndex,
     encode_delete,
@@ -30,6 +30,7 @@ from memlane.stores.protocol import (
     SearchHit,
     check_entry,
     check_entry_id,
+    check_entry_ids,
     check_expected_version,
     check_key,
     check_key_range,
@@ -119,18 +120,33 @@ class FileStore(LocalStore):
     their size. A file store is for data a human reads; a large searched memory belongs in
     SQLite.
 
+    Opened with ``read_only=True``, the directory must exist; nothing is created in it (not
+    even the lock file) and every write raises :class:`~memlane.errors.ReadOnlyStoreError`.
+
     Args:
         base_dir: The directory; it is created if missing.
+        read_only: Open an existing directory for reading only.
 
     Raises:
         StorePathError: ``base_dir`` is not a directory and cannot be made one (an ``OSError``).
+        NotAStoreError: Read-only, and ``base_dir`` is not an existing directory.
     """
 
     persistent = True
 
-    def __init__(self, base_dir: str | os.PathLike[str] = ".memlane") -> None:
+    def __init__(
+        self, base_dir: str | os.PathLike[str] = ".memlane", *, read_only: bool = False
+    ) -> None:
         self.base_dir = Path(base_dir)
-        ensure_directory(self.base_dir, f"FileStore {self.base_dir}")
+        self.read_only = bool(read_only)
+        if self.read_only:
+            if not self.base_dir.is_dir():
+                raise NotAStoreError(
+                    f"FileStore {self.base_dir}: not a memlane store: no such directory "
+                    "(a read-only store is never created)"
+                )
+        else:
+            ensure_directory(self.base_dir, f"FileStore {self.base_dir}")
         self._lock = threading.RLock()
         self._file_lock = FileLock(self.base_dir / LOCK_FILENAME, timeout=LOCK_TIMEOUT)
         self._indexes: OrderedDict[Path, NamespaceIndex] = OrderedDict()
@@ -152,6 +168,8 @@ class FileStore(LocalStore):
         """
         with self._lock:
             self._check_open()
+            if self.read_only:
+                raise read_only_error(self)
             try:
                 self._file_lock.acquire()
             except Timeout as exc:
@@ -457,6 +475,25 @@ class FileStore(LocalStore):
                 return False
             self._commit(namespace, index, encode_delete(entry_id), lambda i: i.delete(entry_id))
             return True
+
+    def delete_many(self, namespace: str, entry_ids: list[str]) -> list[str]:
+        """Removes the entries with these ids: one write of their delete lines, under the
+        directory's lock; the ids that existed, in the order given.
+
+        Raises:
+            TypeError: ``entry_ids`` is not a list of ``str``.
+            ReadOnlyStoreError: The store was opened read-only.
+            StoreClosedError: The store was closed.
+        """
+        ids = check_entry_ids(entry_ids)
+        check_namespace(namespace)
+        with self._exclusive():
+            index = self._index(namespace)
+            gone = [] if index is None else [i for i in ids if i in index.docs]
+            if gone:
+                line = b"".join(encode_delete(i) for i in gone)
+                self._commit(namespace, index, line, lambda i: [i.delete(x) for x in gone])
+            return gone
 
     def clear(self, namespace: str) -> int:
         """Removes the namespace file; how many entries it held."""

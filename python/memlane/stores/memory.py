@@ -15,6 +15,7 @@ from memlane.stores.protocol import (
     SearchHit,
     check_entry,
     check_entry_id,
+    check_entry_ids,
     check_expected_version,
     check_key,
     check_key_range,
@@ -55,7 +56,14 @@ class InMemoryStore(LocalStore):
     persistent = False
     offload = False
 
-    def __init__(self) -> None:
+    def __init__(self, *, read_only: bool = False) -> None:
+        """Makes an empty store.
+
+        Args:
+            read_only: Refuse every write with
+                :class:`~memlane.errors.ReadOnlyStoreError` (the store stays empty).
+        """
+        self.read_only = bool(read_only)
         self._table = _backend.active.MemoryTable()
         self._index = _backend.active.SearchIndex()
         # Every write takes it, so that the table and the search index change together: two
@@ -114,7 +122,7 @@ class InMemoryStore(LocalStore):
         """
         namespace = check_namespace(namespace)
         entry = _at_version(check_storable(check_entry(entry)), 0)
-        self._check_open()
+        self._check_write()
         # acquire/release rather than `with`: measured 0.3 us less per call on CPython 3.11,
         # a tenth of a plain save, and saves run in agents' hot loops.
         self._write_lock.acquire()
@@ -127,7 +135,7 @@ class InMemoryStore(LocalStore):
         """Saves several entries of one namespace: all of them, or none if one is unstorable."""
         namespace = check_namespace(namespace)
         checked = [_at_version(check_storable(check_entry(e)), 0) for e in entries]
-        self._check_open()
+        self._check_write()
         with self._write_lock:
             for entry in checked:
                 self._write(namespace, entry)
@@ -150,7 +158,7 @@ class InMemoryStore(LocalStore):
         stored = _at_version(entry, next_version(expected_version))
         key = entry.key
         assert key is not None  # check_keyed_entry refused None
-        self._check_open()
+        self._check_write()
         # acquire/release rather than `with`, as in save: conversation turns are saved here.
         self._write_lock.acquire()
         try:
@@ -195,17 +203,36 @@ class InMemoryStore(LocalStore):
     def delete(self, namespace: str, entry_id: str) -> bool:
         """Removes one entry; whether it existed."""
         namespace, entry_id = check_namespace(namespace), check_entry_id(entry_id)
-        self._check_open()
+        self._check_write()
         with self._write_lock:
             removed = self._table.delete(namespace, entry_id)
             if removed:
                 self._index.remove(entry_id)
             return removed
 
+    def delete_many(self, namespace: str, entry_ids: list[str]) -> list[str]:
+        """Removes the entries with these ids, under one lock (no other write runs between);
+        the ids that existed, in the order given.
+
+        Raises:
+            TypeError: ``entry_ids`` is not a list of ``str``.
+            ReadOnlyStoreError: The store was opened read-only.
+            StoreClosedError: The store was closed.
+        """
+        namespace, ids = check_namespace(namespace), check_entry_ids(entry_ids)
+        self._check_write()
+        gone = []
+        with self._write_lock:
+            for entry_id in ids:
+                if self._table.delete(namespace, entry_id):
+                    self._index.remove(entry_id)
+                    gone.append(entry_id)
+        return gone
+
     def clear(self, namespace: str) -> int:
         """Removes every entry of the namespace; how many."""
         namespace = check_namespace(namespace)
-        self._check_open()
+        self._check_write()
         with self._write_lock:
             removed = self._table.clear(namespace)
             if removed:
@@ -219,7 +246,7 @@ class InMemoryStore(LocalStore):
 
     def cleanup_expired(self) -> int:
         """Removes expired entries; how many."""
-        self._check_open()
+        self._check_write()
         with self._write_lock:
             at = now()
             removed = self._table.cleanup_expired(at)

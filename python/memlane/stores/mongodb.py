@@ -12,13 +12,14 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
+import re
 import urllib.parse
 import warnings
 from datetime import datetime
 from typing import Any
 
-from memlane._validate import check_positive_int, check_str
-from memlane.errors import InvalidValueError
+from memlane._validate import check_positive_int, check_seconds, check_str
+from memlane.errors import InvalidValueError, NotAStoreError, StoreConnectionError
 from memlane.stores import _mongo_search
 from memlane.stores._mongo_cas import HOLDER, Mongo, MongoCas, seq_clock
 from memlane.stores._network import IndexFallbackWarning, NetworkStore, require, utf8_problem
@@ -59,6 +60,10 @@ _FIELDS = (
 # names are case-insensitive).
 _URL_OPTIONS = ("maxPoolSize", "serverSelectionTimeoutMS", "connectTimeoutMS", "socketTimeoutMS")
 _ORDER = [("seq", 1), ("_id", 1)]
+
+# PyMongo's server-selection error appends every timeout setting and a dump of the whole
+# topology to the reason; the reason alone is what an operator needs.
+_SELECTION_NOISE = re.compile(r" \(configured timeouts:[^)]*\)|, Timeout: .*", re.DOTALL)
 
 
 def _live(now: float) -> dict[str, Any]:
@@ -153,8 +158,18 @@ class MongoDBStore(MongoCas, NetworkStore[Mongo]):
         collection: Collection name.
         pool_size: Most connections per client.
         client: An async client to use instead of making one.
-        timeout: Seconds allowed to select a server, connect and wait on a socket; also how
-            old a ``save_if`` claim must be to count as abandoned.
+        timeout: Seconds allowed to connect and wait on a socket; also how old a
+            ``save_if`` claim must be to count as abandoned.
+        server_selection_timeout: Seconds allowed to find a usable server (PyMongo's
+            ``serverSelectionTimeoutMS``, at most ``timeout``): an unreachable server
+            raises :class:`~memlane.errors.StoreConnectionError` after this long. Raise it
+            for a replica set whose elections take longer.
+        read_only: Open an existing collection for reading only: no index is created and
+            nothing back-filled, every write raises
+            :class:`~memlane.errors.ReadOnlyStoreError` before reaching the server, and a
+            missing collection raises :class:`~memlane.errors.NotAStoreError` on first use.
+
+    :meth:`delete_many` removes the entries one by one (not all or nothing).
 
     Raises:
         ImportError: PyMongo is not installed (``pip install 'memlane[mongodb]'``).
@@ -172,9 +187,15 @@ class MongoDBStore(MongoCas, NetworkStore[Mongo]):
         pool_size: int = 10,
         client: Any = None,
         timeout: float = 30.0,
+        server_selection_timeout: float = 3.0,
+        read_only: bool = False,
     ) -> None:
         self._errors = require("pymongo.errors", "mongodb")
-        super().__init__(url, timeout)
+        self._bson_errors = require("bson.errors", "mongodb")
+        super().__init__(url, timeout, read_only)
+        self.server_selection_timeout = min(
+            check_seconds(server_selection_timeout, "server_selection_timeout"), self.timeout
+        )
         self.database = check_mongo_name(database, "database")
         self.collection = check_mongo_name(collection, "collection")
         self.pool_size = check_positive_int(pool_size, "pool_size")
@@ -196,7 +217,7 @@ class MongoDBStore(MongoCas, NetworkStore[Mongo]):
         ms = int(self.timeout * 1000)
         defaults = {
             "maxPoolSize": self.pool_size,
-            "serverSelectionTimeoutMS": ms,
+            "serverSelectionTimeoutMS": int(self.server_selection_timeout * 1000),
             "connectTimeoutMS": ms,
             "socketTimeoutMS": ms,
         }
@@ -219,7 +240,35 @@ class MongoDBStore(MongoCas, NetworkStore[Mongo]):
         except self._errors.ConnectionFailure as exc:
             raise self._unreachable(exc, "connect to") from exc
 
+    def _unreachable(self, exc: BaseException, doing: str) -> StoreConnectionError:
+        reason = _SELECTION_NOISE.sub("", str(exc)).strip()
+        reason = reason.splitlines()[0] if reason else type(exc).__name__
+        return StoreConnectionError(
+            f"cannot {doing} MongoDB at {self.address} (no usable server within "
+            f"{self.server_selection_timeout:g}s): {reason}"
+        )
+
+    async def _check_store(self, mongo: Mongo) -> None:
+        """What a read-only store does instead of migrating: finds the collection and its
+        search index, writing nothing.
+
+        Raises:
+            NotAStoreError: The database holds no such collection.
+        """
+        coll = mongo.collection
+        names = await coll.database.list_collection_names(filter={"name": self.collection})
+        if self.collection not in names:
+            raise NotAStoreError(
+                f"MongoDB at {self.address}: {self.database}.{self.collection}: not a memlane "
+                "store: no such collection"
+            )
+        info = await coll.index_information()
+        self._text_search = self._is_text_index(info.get(_mongo_search.INDEX))
+
     async def _migrate(self, mongo: Mongo) -> None:
+        if self.read_only:
+            await self._check_store(mongo)
+            return
         pymongo = require("pymongo", "mongodb")
         asc = pymongo.ASCENDING
         coll = mongo.collection
@@ -299,6 +348,9 @@ class MongoDBStore(MongoCas, NetworkStore[Mongo]):
 
     def _is_connection_error(self, exc: BaseException) -> bool:
         return isinstance(exc, self._errors.ConnectionFailure)
+
+    def _is_driver_error(self, exc: BaseException) -> bool:
+        return isinstance(exc, self._errors.PyMongoError | self._bson_errors.BSONError)
 
     def _name_problem(self, text: str) -> str | None:
         return utf8_problem(text)

@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from memlane._validate import check_positive_int, type_name
-from memlane.errors import InvalidValueError
+from memlane.errors import InvalidValueError, NotAStoreError, StoreError
 from memlane.stores import _pg_search
 from memlane.stores._network import IndexFallbackWarning, NetworkStore, require
 from memlane.stores._pg_sql import (
@@ -106,6 +106,13 @@ class PostgreSQLStore(NetworkStore[Any]):
         pool_min_size: Connections opened up front per event loop.
         timeout: Seconds allowed to connect and for each statement.
         schema_name: Schema of the table; a plain SQL identifier.
+        read_only: Open an existing store for reading only: sessions are read-only
+            (``default_transaction_read_only``), no schema, table, index or extension is
+            created or migrated, and every write raises
+            :class:`~memlane.errors.ReadOnlyStoreError` before reaching the server. A
+            missing table raises :class:`~memlane.errors.NotAStoreError` on first use.
+
+    :meth:`delete_many` is one statement: all of the ids go, or none.
 
     Raises:
         ValueError: ``schema_name`` is not a plain identifier, a size is out of range, or
@@ -124,9 +131,10 @@ class PostgreSQLStore(NetworkStore[Any]):
         pool_min_size: int = 2,
         timeout: float = 30.0,
         schema_name: str = "memlane",
+        read_only: bool = False,
     ) -> None:
         self._asyncpg = require("asyncpg", "postgres")
-        super().__init__(url, timeout)
+        super().__init__(url, timeout, read_only)
         self.pool_size = check_positive_int(pool_size, "pool_size")
         if isinstance(pool_min_size, bool) or not isinstance(pool_min_size, int):
             raise TypeError(f"pool_min_size must be int, not {type_name(pool_min_size)}")
@@ -151,13 +159,37 @@ class PostgreSQLStore(NetworkStore[Any]):
                 max_size=self.pool_size,
                 timeout=self.connect_timeout,
                 command_timeout=self.timeout,
+                # The server refuses every write of a read-only store's sessions, whatever
+                # a bug in memlane might send.
+                server_settings={"default_transaction_read_only": "on"} if self.read_only else None,
             )
         except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
             if isinstance(exc, asyncpg.ClientConfigurationError):
                 raise
             raise self._unreachable(exc, "connect to") from exc
 
+    async def _check_store(self, pool: Any) -> None:
+        """What a read-only store does instead of migrating: finds the table, and the search
+        statement its indexes allow, writing nothing.
+
+        Raises:
+            NotAStoreError: The schema holds no memlane table.
+            StoreError: The table was made by an older memlane and needs migrating.
+        """
+        where = f"PostgreSQL at {self.address}: {self.schema_name}.memory_entries"
+        if not await pool.fetchval(self._sql.exists):
+            raise NotAStoreError(f"{where}: not a memlane store: no such table")
+        state = await pool.fetchrow(self._sql.state)
+        if state["version"] != self._sql.version:
+            raise StoreError(f"{where}: made by an older memlane: open it once writable")
+        self._search = self._sql.search(
+            state["trigram"] if state["trigram_index"] else None, led=state["words_led"]
+        )
+
     async def _migrate(self, pool: Any) -> None:
+        if self.read_only:
+            await self._check_store(pool)
+            return
         state = await pool.fetchrow(self._sql.state)
         trigram, led = state["trigram"], state["words_led"]
         missing: dict[str, str] = {}
@@ -258,6 +290,10 @@ class PostgreSQLStore(NetworkStore[Any]):
             return not isinstance(exc, asyncpg.exceptions.QueryCanceledError)
         return isinstance(exc, asyncpg.InterfaceError) and "closed" in str(exc)
 
+    def _is_driver_error(self, exc: BaseException) -> bool:
+        asyncpg = self._asyncpg
+        return isinstance(exc, asyncpg.PostgresError | asyncpg.InterfaceError)
+
     async def _recover(self, pool: Any) -> None:
         await pool.expire_connections()
 
@@ -342,6 +378,10 @@ class PostgreSQLStore(NetworkStore[Any]):
 
     async def _do_delete(self, pool: Any, namespace: str, entry_id: str) -> bool:
         return _affected(await pool.execute(self._sql.delete, namespace, entry_id)) > 0
+
+    async def _do_delete_many(self, pool: Any, namespace: str, ids: list[str]) -> list[str]:
+        gone = {r[0] for r in await pool.fetch(self._sql.delete_many, namespace, ids)}
+        return [i for i in ids if i in gone]
 
     async def _do_clear(self, pool: Any, namespace: str) -> int:
         return _affected(await pool.execute(self._sql.clear, namespace))

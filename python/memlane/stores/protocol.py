@@ -43,6 +43,7 @@ __all__ = [
     "SyncMemoryStore",
     "check_entry",
     "check_entry_id",
+    "check_entry_ids",
     "check_expected_version",
     "check_key",
     "check_key_range",
@@ -216,6 +217,27 @@ class ConditionalStore(MemoryStore, Protocol):
 
     async def async_load_range(self, namespace: str, start: str, stop: str) -> list[MemoryEntry]:
         """Async :meth:`load_range`."""
+
+    def delete_many(self, namespace: str, entry_ids: list[str]) -> list[str]:
+        """Removes the entries of ``namespace`` with these ids; the ids that existed.
+
+        SQLite and PostgreSQL remove them in one transaction (all or none, if the call
+        fails); the other stores remove them one by one. An id given twice counts once.
+
+        Args:
+            namespace: The namespace.
+            entry_ids: The ids to remove.
+
+        Returns:
+            The ids that existed and are gone, in the order given.
+
+        Raises:
+            TypeError: ``entry_ids`` is a ``str`` or holds something other than ``str``.
+            ReadOnlyStoreError: The store was opened read-only.
+        """
+
+    async def async_delete_many(self, namespace: str, entry_ids: list[str]) -> list[str]:
+        """Async :meth:`delete_many`."""
 
 
 SEARCH_TEXT = "search_text"
@@ -417,6 +439,19 @@ def check_entry_id(entry_id: object) -> str:
         TypeError: Not a ``str``.
     """
     return check_str(entry_id, "entry_id")
+
+
+def check_entry_ids(entry_ids: object) -> list[str]:
+    """The ``entry_ids`` argument of ``delete_many``: a list of ``str``, duplicates dropped
+    (order kept).
+
+    Raises:
+        TypeError: A ``str`` (one id is not a list of them), not a sequence, or an item that
+            is not a ``str``.
+    """
+    if isinstance(entry_ids, str) or not isinstance(entry_ids, Sequence):
+        raise TypeError(f"entry_ids must be a list of str, not {type_name(entry_ids)}")
+    return list(dict.fromkeys(check_str(i, "entry_id") for i in entry_ids))
 
 
 def check_entry(entry: object) -> MemoryEntry:

@@ -14,12 +14,14 @@ from pathlib import Path
 from typing import Any
 
 from memlane import _backend
-from memlane.errors import CorruptStoreError, StoreError, StorePathError
+from memlane._pure.store import NOT_A_STORE
+from memlane.errors import CorruptStoreError, NotAStoreError, StoreError, StorePathError
 from memlane.stores._base import LocalStore, awaitable, ensure_directory
 from memlane.stores.protocol import (
     SearchHit,
     check_entry,
     check_entry_id,
+    check_entry_ids,
     check_expected_version,
     check_key,
     check_key_range,
@@ -64,9 +66,36 @@ def _unreadable(exc: sqlite3.Error) -> bool:
 
 def sqlite_error(exc: sqlite3.Error, path: str) -> StoreError:
     """The memlane error for a failure of SQLite on the file at ``path``."""
+    if str(exc).startswith(NOT_A_STORE):
+        return NotAStoreError(f"SQLite store {path}: {exc}; nothing was written to it")
     name = getattr(exc, "sqlite_errorname", None) or type(exc).__name__
     message = f"SQLite store {path}: {exc} ({name})"
     return CorruptStoreError(message) if _unreadable(exc) else StoreError(message)
+
+
+def _check_read_only_path(path: str) -> None:
+    """Refuses, before SQLite sees it, a path a read-only store cannot be at.
+
+    Raises:
+        NotAStoreError: ``:memory:`` (empty by definition), or no such file.
+    """
+    if path == ":memory:":
+        raise NotAStoreError(
+            f"SQLite store {path}: {NOT_A_STORE}: an in-memory database opened read-only is empty"
+        )
+    if not os.path.isfile(path):
+        what = "is not a file" if os.path.exists(path) else "no such file"
+        raise NotAStoreError(
+            f"SQLite store {path}: {NOT_A_STORE}: {what} (a read-only store is never created)"
+        )
+
+
+def _read_only_open_error(exc: sqlite3.Error, path: str) -> StoreError:
+    """The error of a read-only open that SQLite refused: a file that is no SQLite database
+    at all is not a store either."""
+    if _unreadable(exc):
+        return NotAStoreError(f"SQLite store {path}: {NOT_A_STORE}: not an SQLite database ({exc})")
+    return sqlite_error(exc, path)
 
 
 class _SqliteErrors:
@@ -108,22 +137,41 @@ class SQLiteStore(LocalStore):
     the interpreter's ``sqlite3``, whose usual builds have them. The ``async_`` methods run
     in a worker thread.
 
+    A file holding other tables and none of memlane's (another application's database) is
+    refused, never given memlane's tables. Opened with ``read_only=True``, the file must
+    already be a memlane store: it is opened with SQLite's read-only flag, and nothing is
+    created, migrated or switched (the file stays byte for byte as it was); every write
+    raises :class:`~memlane.errors.ReadOnlyStoreError`.
+
     Args:
         path: The database file; it and its parent directories are created if missing.
             ``":memory:"`` keeps the database in memory.
+        read_only: Open an existing store for reading only.
 
     Raises:
         StorePathError: ``path`` is a directory, or its directory cannot be created (an
             ``OSError``).
+        NotAStoreError: The file holds other tables and none of memlane's; read-only, also
+            a missing or empty file, or one that is not an SQLite database. Names the file.
         StoreError: SQLite cannot open the file (an ``OSError``); a
             :class:`~memlane.errors.CorruptStoreError` if it is not a database.
     """
 
     persistent = True
 
-    def __init__(self, path: str | os.PathLike[str] = ".memlane/memory.sqlite3") -> None:
+    def __init__(
+        self, path: str | os.PathLike[str] = ".memlane/memory.sqlite3", *, read_only: bool = False
+    ) -> None:
         self.path = os.fspath(path)
+        self.read_only = bool(read_only)
         self._errors = _SqliteErrors(self.path)
+        if self.read_only:
+            _check_read_only_path(self.path)
+            try:
+                self._table = _backend.active.SqliteTable(self.path, read_only=True)
+            except sqlite3.Error as exc:
+                raise _read_only_open_error(exc, self.path) from exc
+            return
         _make_parent(self.path)
         with self._errors:
             self._table = _backend.active.SqliteTable(self.path)
@@ -144,7 +192,7 @@ class SQLiteStore(LocalStore):
             StoreClosedError: The store was closed.
         """
         namespace, row = check_namespace(namespace), entry_to_row(check_entry(entry))
-        self._check_open()
+        self._check_write()
         with self._errors:
             self._table.save(namespace, row)
 
@@ -152,7 +200,7 @@ class SQLiteStore(LocalStore):
         """Saves several entries in one transaction: all or none."""
         namespace = check_namespace(namespace)
         rows = [entry_to_row(check_entry(e)) for e in entries]
-        self._check_open()
+        self._check_write()
         with self._errors:
             self._table.save_many(namespace, rows)
 
@@ -173,7 +221,7 @@ class SQLiteStore(LocalStore):
         entry = check_keyed_entry(entry)
         expected_version = check_expected_version(expected_version)
         row = entry_to_row(entry, next_version(expected_version))
-        self._check_open()
+        self._check_write()
         with self._errors:
             return self._table.save_if(namespace, row, expected_version, now())
 
@@ -264,14 +312,31 @@ class SQLiteStore(LocalStore):
     def delete(self, namespace: str, entry_id: str) -> bool:
         """Removes one entry; whether it existed."""
         namespace, entry_id = check_namespace(namespace), check_entry_id(entry_id)
-        self._check_open()
+        self._check_write()
         with self._errors:
             return self._table.delete(namespace, entry_id)
+
+    def delete_many(self, namespace: str, entry_ids: list[str]) -> list[str]:
+        """Removes the entries with these ids in one transaction: all of them or, if the call
+        fails, none; the ids that existed, in the order given.
+
+        Raises:
+            TypeError: ``entry_ids`` is not a list of ``str``.
+            ReadOnlyStoreError: The store was opened read-only.
+            StoreError: SQLite failed (an ``OSError``); nothing was removed.
+            StoreClosedError: The store was closed.
+        """
+        namespace, ids = check_namespace(namespace), check_entry_ids(entry_ids)
+        self._check_write()
+        if not ids:
+            return []
+        with self._errors:
+            return self._table.delete_many(namespace, ids)
 
     def clear(self, namespace: str) -> int:
         """Removes every entry of the namespace; how many."""
         namespace = check_namespace(namespace)
-        self._check_open()
+        self._check_write()
         with self._errors:
             return self._table.clear(namespace)
 
@@ -283,6 +348,6 @@ class SQLiteStore(LocalStore):
 
     def cleanup_expired(self) -> int:
         """Removes expired entries; how many."""
-        self._check_open()
+        self._check_write()
         with self._errors:
             return self._table.cleanup_expired(now())

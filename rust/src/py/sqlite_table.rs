@@ -49,6 +49,8 @@ fn sqlite_error(e: sqlite::Error) -> PyErr {
             }
         }
         sqlite::Error::Sqlite(other) => DatabaseError::new_err(other.to_string()),
+        sqlite::Error::NotAStore(message) => DatabaseError::new_err(message),
+        sqlite::Error::Outdated => OperationalError::new_err(sqlite::OUTDATED),
     }
 }
 
@@ -145,9 +147,16 @@ impl SqliteTable {
 #[pymethods]
 impl SqliteTable {
     #[new]
-    fn new(py: Python<'_>, path: PathBuf) -> PyResult<Self> {
+    #[pyo3(signature = (path, read_only = false))]
+    fn new(py: Python<'_>, path: PathBuf, read_only: bool) -> PyResult<Self> {
         let table = py
-            .detach(|| sqlite::SqliteTable::open(&path))
+            .detach(|| {
+                if read_only {
+                    sqlite::SqliteTable::open_read_only(&path)
+                } else {
+                    sqlite::SqliteTable::open(&path)
+                }
+            })
             .map_err(sqlite_error)?;
         Ok(Self {
             table: Mutex::new(Some(table)),
@@ -263,6 +272,15 @@ impl SqliteTable {
 
     fn delete(&self, py: Python<'_>, namespace: &str, entry_id: &str) -> PyResult<bool> {
         self.run(py, |table| table.delete(namespace, entry_id))
+    }
+
+    fn delete_many(
+        &self,
+        py: Python<'_>,
+        namespace: &str,
+        entry_ids: Vec<String>,
+    ) -> PyResult<Vec<String>> {
+        self.run(py, |table| table.delete_many(namespace, &entry_ids))
     }
 
     fn clear(&self, py: Python<'_>, namespace: &str) -> PyResult<usize> {

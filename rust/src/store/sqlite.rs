@@ -284,9 +284,21 @@ const UPSERT: &str = "INSERT INTO memory_entries (namespace, entry_id, scope, ke
     created_at = excluded.created_at, expires_at = excluded.expires_at, \
     importance = excluded.importance, version = excluded.version";
 
+/// How both tables begin the message of a database holding no memlane table (the twin's
+/// `NOT_A_STORE`; the Python store maps it to `NotAStoreError`).
+pub const NOT_A_STORE: &str = "not a memlane store";
+
+/// Why a read-only open refuses a memlane file it would have to migrate (the twin's
+/// `OUTDATED`).
+pub const OUTDATED: &str = "made by an older memlane: open it once writable to upgrade it";
+
 /// A failed table operation.
 #[derive(Debug)]
 pub enum Error {
+    /// The database holds no memlane table (the message begins with `NOT_A_STORE`).
+    NotAStore(String),
+    /// A read-only open of a memlane file made before the version column or the index.
+    Outdated,
     /// The database file's parent directory could not be created.
     Io {
         directory: PathBuf,
@@ -300,6 +312,8 @@ impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Io { directory, source } => write!(f, "{}: {source}", directory.display()),
+            Self::NotAStore(message) => f.write_str(message),
+            Self::Outdated => f.write_str(OUTDATED),
             Self::Sqlite(e) => e.fmt(f),
         }
     }
@@ -441,11 +455,50 @@ fn migrate(
     conn.execute_batch("COMMIT")
 }
 
+/// Refuses a database that is not a memlane store, before anything is written to it (the
+/// twin's `_check_memlane`). A writable open accepts an empty database (it becomes a store)
+/// and refuses one holding other tables and not memlane's; a read-only open refuses both,
+/// and a memlane file it would have to migrate.
+fn check_memlane(conn: &Connection, read_only: bool) -> Result<(), Error> {
+    let mut stmt = conn.prepare("SELECT name FROM sqlite_master WHERE type = 'table'")?;
+    let tables = stmt
+        .query_map([], |row| row.get::<_, String>(0))?
+        .collect::<rusqlite::Result<std::collections::BTreeSet<String>>>()?;
+    if !tables.contains("memory_entries") {
+        if !tables.is_empty() {
+            return Err(Error::NotAStore(format!(
+                "{NOT_A_STORE}: it holds another application's tables ({}), no memory_entries",
+                tables.len()
+            )));
+        }
+        if read_only {
+            return Err(Error::NotAStore(format!(
+                "{NOT_A_STORE}: the database is empty"
+            )));
+        }
+        return Ok(());
+    }
+    if read_only && !(has_version(conn)? && has_search(conn)?) {
+        return Err(Error::Outdated);
+    }
+    Ok(())
+}
+
 impl SqliteTable {
     /// Opens (creating if missing) the database at `path` and its parent directories;
     /// `":memory:"` is an in-memory database.
     pub fn open(path: &Path) -> Result<Self, Error> {
-        if path != Path::new(":memory:") {
+        Self::open_with(path, false)
+    }
+
+    /// Opens the existing database at `path` with SQLite's read-only flag: nothing is
+    /// created, switched or migrated, and SQLite itself refuses every write.
+    pub fn open_read_only(path: &Path) -> Result<Self, Error> {
+        Self::open_with(path, true)
+    }
+
+    fn open_with(path: &Path, read_only: bool) -> Result<Self, Error> {
+        if !read_only && path != Path::new(":memory:") {
             if let Some(parent) = path.parent() {
                 std::fs::create_dir_all(parent).map_err(|source| Error::Io {
                     directory: parent.to_owned(),
@@ -454,12 +507,20 @@ impl SqliteTable {
             }
         }
         // No SQLITE_OPEN_URI: like Python's sqlite3.connect, "file:..." is a plain file name.
-        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
-            | OpenFlags::SQLITE_OPEN_CREATE
-            | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let flags = if read_only {
+            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX
+        } else {
+            OpenFlags::SQLITE_OPEN_READ_WRITE
+                | OpenFlags::SQLITE_OPEN_CREATE
+                | OpenFlags::SQLITE_OPEN_NO_MUTEX
+        };
         let conn = Connection::open_with_flags(path, flags)?;
         // The twin connects with timeout=30 before running its PRAGMAs.
         conn.busy_timeout(Duration::from_secs(30))?;
+        check_memlane(&conn, read_only)?;
+        if read_only {
+            return Ok(Self { conn });
+        }
         for pragma in PRAGMAS {
             with_lock_retry(|| conn.execute_batch(pragma))?;
         }
@@ -627,6 +688,34 @@ impl SqliteTable {
         Ok(stmt.execute(params![namespace, entry_id])? > 0)
     }
 
+    /// Removes the entries of this namespace with these ids in one transaction (all or
+    /// none); the ids that existed, in the order given.
+    pub fn delete_many(&self, namespace: &str, entry_ids: &[String]) -> Result<Vec<String>, Error> {
+        begin(&self.conn)?;
+        let attempt = (|| {
+            let mut stmt = self.conn.prepare_cached(
+                "DELETE FROM memory_entries WHERE namespace = ? AND entry_id = ?",
+            )?;
+            let mut gone = Vec::new();
+            for entry_id in entry_ids {
+                if stmt.execute(params![namespace, entry_id])? > 0 {
+                    gone.push(entry_id.clone());
+                }
+            }
+            Ok::<_, rusqlite::Error>(gone)
+        })();
+        match attempt {
+            Ok(gone) => {
+                self.conn.execute_batch("COMMIT")?;
+                Ok(gone)
+            }
+            Err(e) => {
+                self.conn.execute_batch("ROLLBACK")?;
+                Err(e.into())
+            }
+        }
+    }
+
     /// Removes every entry of a namespace; how many there were.
     pub fn clear(&self, namespace: &str) -> Result<usize, Error> {
         let mut stmt = self
@@ -710,6 +799,8 @@ mod tests {
         let pragmas = PRAGMAS.map(|p| format!("\"{p}\"")).join(", ");
         assert!(twin.contains(&format!("PRAGMAS = ({pragmas})")));
         assert!(twin.contains(&format!("ADD_VERSION = \"{ADD_VERSION}\"")));
+        assert!(twin.contains(&format!("NOT_A_STORE = \"{NOT_A_STORE}\"")));
+        assert!(twin.contains(&format!("OUTDATED = \"{OUTDATED}\"")));
     }
 
     fn versioned(id: &str, key: &str, version: i64) -> Row {
