@@ -930,6 +930,49 @@ mod tests {
     }
 
     #[test]
+    fn delete_many_is_all_or_nothing() {
+        let t = memory();
+        for id in ["1", "2", "3"] {
+            t.save("a", &row(id, None, None, 0.5)).unwrap();
+        }
+        t.conn
+            .execute_batch(
+                "CREATE TRIGGER refuse BEFORE DELETE ON memory_entries WHEN old.entry_id = '3' \
+                 BEGIN SELECT RAISE(ABORT, 'refused'); END",
+            )
+            .unwrap();
+        let all = strings(&["1", "2", "3"]);
+        assert!(t.delete_many("a", &all).is_err());
+        assert_eq!(ids(&t.load("a", 0.0).unwrap()), ["1", "2", "3"]);
+        let some = strings(&["2", "9", "1"]);
+        assert_eq!(t.delete_many("a", &some).unwrap(), ["2", "1"]);
+        assert_eq!(ids(&t.load("a", 0.0).unwrap()), ["3"]);
+    }
+
+    #[test]
+    fn a_foreign_or_empty_database_is_not_a_store() {
+        let dir = std::env::temp_dir().join(format!("memlane-foreign-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let foreign = dir.join("shop.db");
+        Connection::open(&foreign)
+            .unwrap()
+            .execute_batch("CREATE TABLE orders (id INTEGER)")
+            .unwrap();
+        let before = std::fs::read(&foreign).unwrap();
+        for open in [SqliteTable::open, SqliteTable::open_read_only] {
+            let err = open(&foreign).unwrap_err();
+            assert!(err.to_string().starts_with(NOT_A_STORE), "{err}");
+        }
+        assert_eq!(std::fs::read(&foreign).unwrap(), before);
+        let empty = dir.join("empty.db");
+        std::fs::write(&empty, b"").unwrap();
+        let err = SqliteTable::open_read_only(&empty).unwrap_err();
+        assert!(err.to_string().contains("empty"), "{err}");
+        assert_eq!(std::fs::read(&empty).unwrap(), b"");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
     fn expiry_delete_clear_cleanup() {
         let t = memory();
         t.save("a", &row("1", Some("k"), Some(10.0), 0.5)).unwrap();

@@ -1,0 +1,123 @@
+"""delete_many on every store: the ids that existed go and are returned in the order given;
+on SQLite and PostgreSQL one transaction, so a failure part-way removes nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import pytest
+
+from memlane import MemoryEntry, SQLiteStore
+from memlane.errors import StoreError
+from memlane.stores import ConditionalStore
+from store_kinds import STORES, Made, open_store
+from test_database_stores import StoreFactory, initialized, server_for
+
+
+@pytest.fixture(params=STORES)
+async def made(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Made]:
+    async for found in open_store(request.param, request, tmp_path):
+        yield found
+
+
+def entries(n: int) -> list[MemoryEntry]:
+    return [MemoryEntry(key=f"k{i}", content=i) for i in range(n)]
+
+
+class TestDeleteMany:
+    """The ids that existed are removed and returned in the order given; others are left."""
+
+    async def test_removes_what_exists(self, made: Made) -> None:
+        store: Any = made.store
+        assert isinstance(store, ConditionalStore)
+        saved = entries(4)
+        await store.async_save_many("ns", saved)
+        await store.async_save("other", MemoryEntry(entry_id="elsewhere", content=0))
+        ids = [saved[2].entry_id, "missing", saved[0].entry_id, saved[2].entry_id, "elsewhere"]
+        gone = await store.async_delete_many("ns", ids)
+        assert gone == [saved[2].entry_id, saved[0].entry_id]
+        assert [e.entry_id for e in await store.async_load("ns")] == [
+            saved[1].entry_id,
+            saved[3].entry_id,
+        ]
+        # An id of another namespace is not this namespace's to delete.
+        assert [e.entry_id for e in await store.async_load("other")] == ["elsewhere"]
+
+    async def test_sync_and_empty(self, made: Made) -> None:
+        store: Any = made.store
+        saved = entries(2)
+        await store.async_save_many("ns", saved)
+        assert await asyncio.to_thread(store.delete_many, "ns", []) == []
+        gone = await asyncio.to_thread(store.delete_many, "ns", [e.entry_id for e in saved])
+        assert gone == [e.entry_id for e in saved]
+        assert await store.async_load("ns") == []
+        assert await store.async_delete_many("nothing-here", ["a"]) == []
+
+    @pytest.mark.parametrize("bad", ["one-id", [1], None, ["ok", b"bytes"]])
+    async def test_bad_ids_are_type_errors(self, made: Made, bad: Any) -> None:
+        store: Any = made.store
+        await store.async_save("ns", MemoryEntry(entry_id="ok", content=1))
+        with pytest.raises(TypeError, match="entry_id"):
+            await store.async_delete_many("ns", bad)
+        assert len(await store.async_load("ns")) == 1
+
+
+def refuse_deleting(path: Path, entry_id: str) -> None:
+    """Makes SQLite itself fail the deletion of ``entry_id`` (another writer's trigger)."""
+    con = sqlite3.connect(path)
+    con.execute(
+        "CREATE TRIGGER refuse BEFORE DELETE ON memory_entries "
+        f"WHEN old.entry_id = '{entry_id}' BEGIN SELECT RAISE(ABORT, 'refused by trigger'); END"
+    )
+    con.commit()
+    con.close()
+
+
+class TestAllOrNothing:
+    """A delete_many that fails part-way removes nothing on SQLite (both tables) and on
+    PostgreSQL: the deletions before the failure are rolled back."""
+
+    def test_sqlite(self, tmp_path: Path) -> None:
+        path = tmp_path / "memory.sqlite3"
+        store = SQLiteStore(path)
+        saved = entries(5)
+        store.save_many("ns", saved)
+        refuse_deleting(path, saved[3].entry_id)
+        with pytest.raises(StoreError, match="refused by trigger"):
+            store.delete_many("ns", [e.entry_id for e in saved])
+        assert store.load("ns") == saved
+        # The connection is usable afterwards: no transaction was left open.
+        assert store.delete_many("ns", [saved[0].entry_id]) == [saved[0].entry_id]
+        store.close()
+
+    async def test_postgres(self, request: pytest.FixtureRequest) -> None:
+        made = StoreFactory("postgres", server_for(request, "postgres"))
+        try:
+            store: Any = await initialized(made.make())
+            saved = entries(5)
+            await store.async_save_many("ns", saved)
+            con = await asyncpg.connect(made.server.url)
+            try:
+                await con.execute(
+                    f'CREATE FUNCTION "{made.name}".refuse() RETURNS trigger LANGUAGE plpgsql AS '
+                    "$$ BEGIN IF old.entry_id = '" + saved[3].entry_id + "' THEN "
+                    "RAISE EXCEPTION 'refused by trigger'; END IF; RETURN old; END $$"
+                )
+                await con.execute(
+                    f'CREATE TRIGGER refuse BEFORE DELETE ON "{made.name}".memory_entries '
+                    f'FOR EACH ROW EXECUTE FUNCTION "{made.name}".refuse()'
+                )
+            finally:
+                await con.close()
+            with pytest.raises(StoreError, match="refused by trigger"):
+                await store.async_delete_many("ns", [e.entry_id for e in saved])
+            assert [e.entry_id for e in await store.async_load("ns")] == [e.entry_id for e in saved]
+            with pytest.raises(StoreError, match="refused by trigger"):
+                await asyncio.to_thread(store.delete_many, "ns", [saved[3].entry_id])
+        finally:
+            await made.cleanup()
