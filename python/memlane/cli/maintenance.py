@@ -9,28 +9,9 @@ from typing import Any
 from memlane.cli.longterm import actor
 from memlane.cli.output import CliError, Output, confirm
 from memlane.cli.store import open_manager
-from memlane.records import KINDS, Records, plural
+from memlane.records import KINDS, NOUNS, Records, count, plural
 
 __all__ = ["register"]
-
-NOUNS: dict[str, tuple[str, str]] = {
-    "facts": ("fact", "facts"),
-    "episodes": ("episode", "episodes"),
-    "procedures": ("procedure", "procedures"),
-    "users": ("user", "users"),
-    "conversations": ("conversation", "conversations"),
-    "working": ("working-memory entry", "working-memory entries"),
-    "identifiers": ("channel identifier", "channel identifiers"),
-    "turns": ("turn", "turns"),
-}
-"""Each kind's noun, singular and plural, for ``deleted 1 conversation``."""
-
-
-def count(number: int, kind: str) -> str:
-    """``number`` with the noun of ``kind`` agreeing: ``1 conversation``, ``2 facts``."""
-    one, many = NOUNS[kind]
-    return plural(number, one, many)
-
 
 _TOTALS = ("facts", "episodes", "procedures", "users", "conversations", "turns", "working")
 

@@ -105,13 +105,13 @@ def serve(args: argparse.Namespace, out: Output) -> int:
         raise CliError(f"--no-auth is only allowed on a loopback address, not {args.host}")
     given = args.token or os.environ.get(TOKEN_VARIABLE)
     token = given or secrets.token_urlsafe(24)
-    # Changes are logged there; uvicorn configures only its own loggers. The audit trail is
-    # kept at WARNING whatever --log-level says, so it survives a quiet server.
-    _log_to_stderr("memlane.server", args.log_level.upper())
-    _log_to_stderr("memlane.audit", "WARNING")
     with open_manager(args, create=args.create) as manager:
         app = create_app(manager, token=token, auth=not args.no_auth)
         sock = _bind(args.host, args.port)
+        # Changes are logged there; uvicorn configures only its own loggers. The audit trail
+        # is kept at WARNING whatever --log-level says, so it survives a quiet server.
+        _log_to_stderr("memlane.server", args.log_level.upper())
+        _log_to_stderr("memlane.audit", "WARNING")
         shown = f"[{args.host}]" if ":" in args.host else args.host
         url = f"http://{shown}:{args.port}"
         out.note(f"memlane serve: {url}/memories?token={token}")

@@ -101,7 +101,7 @@ def open_manager(
     if url is None and not any(name.upper() == "MEMLANE_BACKEND" for name in os.environ):
         # memlane's own default, a fresh in-memory store, holds nothing worth inspecting.
         raise CliError(
-            "no store given: pass --store URL (e.g. --store sqlite:///memory.sqlite3) "
+            "no store given: pass --store URL, such as --store sqlite:///memory.sqlite3, "
             "or set MEMLANE_BACKEND; memlane --help lists the kinds of store"
         )
     settings = settings_for(url)

@@ -35,12 +35,13 @@ from memlane.records.ids import (
     fact_id,
     parse_fact_id,
 )
-from memlane.records.listing import SORTS, TIMESTAMPS, plural
+from memlane.records.listing import NOUNS, SORTS, TIMESTAMPS, count, plural
 from memlane.records.people import AmbiguousUserError
 
 __all__ = [
     "AUDIT",
     "KINDS",
+    "NOUNS",
     "SORTS",
     "TIMESTAMPS",
     "UNSET",
@@ -51,6 +52,7 @@ __all__ = [
     "RecordNotFoundError",
     "Records",
     "check_ids",
+    "count",
     "fact_id",
     "parse_fact_id",
     "plural",

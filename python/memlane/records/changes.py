@@ -27,8 +27,8 @@ from memlane.longterm.procedures import PROCEDURES_NAMESPACE, update_record
 from memlane.longterm.users import IDENTIFIERS_NAMESPACE, USERS_NAMESPACE
 from memlane.records import people
 from memlane.records.ids import KINDS, WORKING_PREFIX, check_ids, fact_id, parse_fact_id
-from memlane.records.listing import to_json, working_row
-from memlane.stores import MemoryStore
+from memlane.records.listing import count, to_json, working_row
+from memlane.stores import ConditionalStore, MemoryStore
 from memlane.working import WorkingMemory
 
 if TYPE_CHECKING:
@@ -71,11 +71,12 @@ def _who(actor: str | None) -> str:
 def _delete_many(store: MemoryStore, where: str, entry_ids: list[str]) -> list[str]:
     if not entry_ids:
         return []
-    many = getattr(store, "delete_many", None)
-    if many is None:
-        return [e for e in entry_ids if store.delete(where, e)]
-    deleted: list[str] = many(where, entry_ids)
-    return deleted
+    if isinstance(store, ConditionalStore):
+        deleted: list[str] = store.delete_many(where, entry_ids)
+        return deleted
+    # A store written to the base protocol alone has no batch delete: one by one, as the
+    # conversation runner treats such stores.
+    return [e for e in entry_ids if store.delete(where, e)]
 
 
 def delete(
@@ -93,7 +94,7 @@ def delete(
     if kind == "facts":
         for i in checked:
             parse_fact_id(i)
-    AUDIT.warning("%s deletes %d %s: %s", _who(actor), len(checked), kind, ", ".join(checked))
+    AUDIT.warning("%s deletes %s: %s", _who(actor), count(len(checked), kind), ", ".join(checked))
     store = records.manager.store
     gone: set[str]
     if kind == "conversations":
@@ -136,9 +137,9 @@ def delete_working(
     name = WORKING_PREFIX + check_identifier(scope, "scope")
     checked = list(dict.fromkeys(check_ids(list(keys))))
     AUDIT.warning(
-        "%s deletes %d working-memory entries of %s: %s",
+        "%s deletes %s of %s: %s",
         _who(actor),
-        len(checked),
+        count(len(checked), "working"),
         scope,
         ", ".join(checked),
     )

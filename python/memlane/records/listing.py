@@ -15,9 +15,11 @@ from memlane.longterm import Episode
 from memlane.types import MemoryEntry, as_utc
 
 __all__ = [
+    "NOUNS",
     "SORTS",
     "TIMESTAMPS",
     "check_page",
+    "count",
     "entry_size",
     "episode_row",
     "iso",
@@ -210,6 +212,25 @@ def working_row(entry: MemoryEntry) -> dict[str, Any]:
 def entry_size(entry: MemoryEntry) -> int:
     """The JSON size of an entry's content in bytes (what ``stats`` adds up)."""
     return len(json.dumps(entry.content, ensure_ascii=False).encode("utf-8"))
+
+
+NOUNS: dict[str, tuple[str, str]] = {
+    "facts": ("fact", "facts"),
+    "episodes": ("episode", "episodes"),
+    "procedures": ("procedure", "procedures"),
+    "users": ("user", "users"),
+    "conversations": ("conversation", "conversations"),
+    "working": ("working-memory entry", "working-memory entries"),
+    "identifiers": ("channel identifier", "channel identifiers"),
+    "turns": ("turn", "turns"),
+}
+"""Each kind's noun, singular and plural, for ``deleted 1 conversation``."""
+
+
+def count(number: int, kind: str) -> str:
+    """``number`` with the noun of ``kind`` agreeing: ``1 conversation``, ``2 facts``."""
+    one, many = NOUNS[kind]
+    return plural(number, one, many)
 
 
 def plural(count: int, singular: str, many: str | None = None) -> str:
