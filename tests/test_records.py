@@ -179,6 +179,10 @@ class TestEdits:
         assert row["history"] == []
         again = records.update_fact("global:timezone", value=None, confidence=0.3)
         assert (again["value"], again["confidence"]) == (None, 0.3)
+        assert [h["value"] for h in again["history"]] == ["UTC"]
+        # JSON equality: true is a new value for a fact holding 1.
+        records.update_fact("global:timezone", value=1)
+        assert records.update_fact("global:timezone", value=True)["value"] is True
 
     def test_bad_fact_edits(self, filled: tuple[Records, Filled]) -> None:
         records = filled[0]

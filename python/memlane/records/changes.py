@@ -11,12 +11,13 @@ SQLite and PostgreSQL, so a batch is all or nothing there.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, is_dataclass
 from typing import TYPE_CHECKING, Any
 
-from memlane._runner import run_sync
+from memlane._runner import Plan, StoreCall, run_sync
 from memlane._validate import check_fraction, check_identifier
 from memlane.errors import NotFoundError, UserNotFoundError
 from memlane.longterm import Fact, MemoryUser
@@ -224,14 +225,10 @@ def update_fact(
     if value is UNSET and confidence is None:
         raise ValueError("an edit of a fact needs a value or a confidence")
     where, old = _load_fact(records, record_id)
-    changed = [
-        name
-        for name, given in (("value", value), ("confidence", confidence))
-        if given is not UNSET and given is not None
-    ]
+    changed = ["value"] * (value is not UNSET) + ["confidence"] * (confidence is not None)
     AUDIT.warning("%s edits fact %s: %s", _who(actor), record_id, ", ".join(changed))
     long_term = records.long_term
-    if value is not UNSET and value != old.value:
+    if value is not UNSET and not _same_json(value, old.value):
         # Through remember: the old value joins the history, the search text and a user's
         # cached preferences follow the new one.
         result = long_term.remember(
@@ -257,10 +254,16 @@ def update_fact(
     return _fact_row(records, old)
 
 
-def _with_importance(where: str, key: str, change: Callable[[Any], Any], importance: float) -> Any:
-    """``update_record``, keeping the entry's importance equal to the fact's confidence."""
-    from memlane._runner import StoreCall
+def _same_json(a: Any, b: Any) -> bool:
+    """JSON equality, as ``remember`` compares values: ``1`` and ``true`` differ."""
+    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
 
+
+def _with_importance(
+    where: str, key: str, change: Callable[[Any], Any], importance: float
+) -> Plan[Any]:
+    """``update_record``, also setting the entry's importance (a fact's confidence is its
+    entry's importance, which store searches filter and rank by)."""
     while True:
         held = yield StoreCall("load_by_key", (where, key))
         if held is None:
