@@ -28,7 +28,7 @@ function el(tag, attrs, ...children) {
       throw new Error("el: attribute not allowed: " + name);
     }
   }
-  for (const child of children.flat()) {
+  for (const child of children.flat(Infinity)) {
     if (child === undefined || child === null) continue;
     node.append(child instanceof Node ? child : document.createTextNode(show(child)));
   }
@@ -214,25 +214,32 @@ function listParams() {
   return params;
 }
 
+// Only the newest load renders: an answer to an older one (another tab, the previous filter)
+// that arrives late is dropped.
+let ticket = 0;
+
 async function load() {
   const spec = TABS[state.tab];
+  const mine = ++ticket;
   $("chat").hidden = true;
   try {
+    let items, total;
     if (state.tab === "working") {
-      await loadWorking();
+      [items, total] = await loadWorking();
     } else if (state.tab === "search") {
-      state.items = state.query ? (await api("search/?" + new URLSearchParams({ q: state.query, limit: "100" }))).items : [];
-      state.total = state.items.length;
+      items = state.query ? (await api("search/?" + new URLSearchParams({ q: state.query, limit: "100" }))).items : [];
+      total = items.length;
     } else {
       const page = await api(spec.list + "?" + listParams());
-      state.items = page.items;
-      state.total = page.total;
+      [items, total] = [page.items, page.total];
     }
+    if (mine !== ticket) return;
+    [state.items, state.total] = [items, total];
     render();
     status("");
   } catch (error) {
-    state.items = [];
-    state.total = 0;
+    if (mine !== ticket) return;
+    [state.items, state.total] = [[], 0];
     render();
     status(error.message, true);
   }
@@ -251,8 +258,7 @@ async function loadWorking() {
     const sign = state.descending ? -1 : 1;
     items.sort((a, b) => (show(a[state.sort]) > show(b[state.sort]) ? sign : show(a[state.sort]) < show(b[state.sort]) ? -sign : 0));
   }
-  state.total = items.length;
-  state.items = items.slice(state.offset, state.offset + Number($("per-page").value));
+  return [items.slice(state.offset, state.offset + Number($("per-page").value)), items.length];
 }
 
 function header(spec) {
@@ -283,6 +289,7 @@ function render() {
   const spec = TABS[state.tab];
   clear($("head")).append(header(spec));
   const rows = clear($("rows"));
+  rows.dataset.tab = state.tab;
   if (!state.items.length) {
     rows.append(el("tr", {}, el("td", { className: "empty", colSpan: spec.cols.length + 2 }, "Nothing here.")));
   } else {
