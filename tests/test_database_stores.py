@@ -19,7 +19,7 @@ import threading
 import time
 import uuid
 import warnings
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -32,7 +32,12 @@ from pymongo.errors import InvalidOperation
 from conftest import CONDITIONAL_METHODS, SYNC_METHODS
 from db_servers import Server
 from memlane import ConversationMemory, InMemoryStore, MemoryManager, MemoryStore
-from memlane.errors import InvalidValueError, StoreConnectionError, UnstorableValueError
+from memlane.errors import (
+    InvalidValueError,
+    StoreConnectionError,
+    StoreError,
+    UnstorableValueError,
+)
 from memlane.stores import ConditionalStore, IndexFallbackWarning, MongoDBStore, PostgreSQLStore
 from memlane.types import MemoryEntry, MemoryScope, utc_now
 
@@ -1191,3 +1196,148 @@ print(sorted(m for m in sys.modules if m.split(".")[0] in {"asyncpg", "pymongo",
         assert "memlane[postgres]" in lines[0]
         assert "memlane[mongodb]" in lines[1]
         assert lines[2] == "[]"
+
+
+# ---------------------------------------------------------------------------- names a server cannot hold
+
+NAME_CALLS: list[tuple[str, Any]] = [
+    ("save", lambda s, ns, k, i: s.async_save(ns, entry(entry_id=i, key=k, content=1))),
+    ("save_many", lambda s, ns, k, i: s.async_save_many(ns, [entry(entry_id=i, key=k)])),
+    ("save_if", lambda s, ns, k, i: s.async_save_if(ns, entry(entry_id=i, key=k), None)),
+    ("load", lambda s, ns, k, i: s.async_load(ns)),
+    ("load_by_key", lambda s, ns, k, i: s.async_load_by_key(ns, k)),
+    ("load_range", lambda s, ns, k, i: s.async_load_range(ns, "", k + "z")),
+    ("delete", lambda s, ns, k, i: s.async_delete(ns, i)),
+    ("delete_many", lambda s, ns, k, i: s.async_delete_many(ns, ["fine", i])),
+    ("clear", lambda s, ns, k, i: s.async_clear(ns)),
+    ("search", lambda s, ns, k, i: s.async_search(["fine", ns], "word")),
+]
+"""Every store method that takes a namespace, key or id, called with (namespace, key, id)."""
+
+# (kind, the bad text, what the message says about it); MongoDB holds NUL.
+BAD_TEXTS = [
+    ("postgres", "bad\ud800", "lone surrogate"),
+    ("postgres", "bad\x00", "NUL"),
+    ("mongodb", "bad\udfff", "lone surrogate"),
+]
+
+
+class TestNamesAServerCannotHold:
+    """A namespace, key or id the server cannot hold is a ValueError naming it, from every
+    method, before the driver sees it; nothing is stored and the store keeps working."""
+
+    @pytest.fixture(params=BAD_TEXTS, ids=["pg-surrogate", "pg-nul", "mongo-surrogate"])
+    async def case(self, request: pytest.FixtureRequest) -> AsyncIterator[tuple[Store, str, str]]:
+        kind, bad, why = request.param
+        made = StoreFactory(kind, server_for(request, kind))
+        yield await initialized(made.make()), bad, why
+        await made.cleanup()
+
+    @pytest.mark.parametrize(("method", "call"), NAME_CALLS, ids=[n for n, _ in NAME_CALLS])
+    @pytest.mark.parametrize("where", ["namespace", "key", "entry_id"])
+    async def test_every_method(
+        self, case: tuple[Store, str, str], method: str, call: Any, where: str
+    ) -> None:
+        store, bad, why = case
+        ns, key, entry_id = (
+            bad if where == "namespace" else "ns",
+            bad if where == "key" else "k",
+            bad if where == "entry_id" else "id",
+        )
+        uses = {
+            "load": {"namespace"},
+            "clear": {"namespace"},
+            "search": {"namespace"},
+            "load_by_key": {"namespace", "key"},
+            "load_range": {"namespace", "key"},
+            "delete": {"namespace", "entry_id"},
+            "delete_many": {"namespace", "entry_id"},
+        }.get(method, {"namespace", "key", "entry_id"})
+        if where not in uses:
+            return
+        with pytest.raises(ValueError, match=why) as info:
+            await call(store, ns, key, entry_id)
+        assert repr(bad)[1:-1] in str(info.value)
+        assert await store.async_load("ns") == []
+        await store.async_save("ns", entry(content="still works"))
+        assert len(await store.async_load("ns")) == 1
+
+    async def test_sync_twins_too(self, case: tuple[Store, str, str]) -> None:
+        store, bad, why = case
+        for call in (
+            lambda: store.load_by_key(bad, "k"),
+            lambda: store.delete("ns", bad),
+            lambda: store.clear(bad),
+            lambda: store.delete_many("ns", [bad]),
+        ):
+            with pytest.raises(ValueError, match=why):
+                await asyncio.to_thread(call)
+
+
+class TestDriverErrorsAreStoreErrors:
+    """A failure the server reports (here: the table dropped behind the store's back) is a
+    memlane StoreError naming the server, from every method; never a raw asyncpg error."""
+
+    async def test_postgres(self, request: pytest.FixtureRequest) -> None:
+        made = StoreFactory("postgres", server_for(request, "postgres"))
+        try:
+            store = await initialized(made.make())
+            await store.async_save("ns", entry(key="k", content=1))
+            con = await asyncpg.connect(made.server.url)
+            try:
+                await con.execute(f'DROP TABLE "{made.name}".memory_entries CASCADE')
+            finally:
+                await con.close()
+            calls: list[Callable[[], Awaitable[object]]] = [
+                lambda: store.async_load("ns"),
+                lambda: store.async_load_by_key("ns", "k"),
+                lambda: store.async_delete("ns", "x"),
+                lambda: store.async_delete_many("ns", ["x"]),
+                lambda: store.async_clear("ns"),
+                lambda: store.async_save("ns", entry(content=1)),
+                lambda: store.async_namespaces(),
+                lambda: store.async_cleanup_expired(),
+            ]
+            for call in calls:
+                with pytest.raises(StoreError, match=store.address) as info:
+                    await call()
+                assert not isinstance(info.value, asyncpg.PostgresError)
+                assert "UndefinedTableError" in str(info.value)
+        finally:
+            await made.cleanup()
+
+
+class TestMongoDBUnreachableInOneLine:
+    """An unreachable MongoDB gives up after the store's 3 s server selection, in one line
+    naming host and port (no settings, no topology dump)."""
+
+    async def test_the_message(self) -> None:
+        store = MongoDBStore("mongodb://127.0.0.1:1")
+        assert store.server_selection_timeout == 3.0
+        with pytest.raises(StoreConnectionError) as info:
+            await store.async_initialize()
+        message = str(info.value)
+        assert "\n" not in message
+        assert message.startswith("cannot connect to MongoDB at 127.0.0.1:1 (no usable server")
+        assert "Topology" not in message
+        assert "configured timeouts" not in message
+        assert len(message) < 200
+        await store.async_close()
+
+    async def test_the_client_is_given_it(self, request: pytest.FixtureRequest) -> None:
+        made = StoreFactory("mongodb", server_for(request, "mongodb"))
+        try:
+            store = await initialized(made.make())
+            mongo: Any = next(iter(store._resources.values()))
+            assert mongo.client.options.server_selection_timeout == 3.0
+            slow = MongoDBStore(made.server.url, collection=made.name, timeout=60.0)
+            assert slow.server_selection_timeout == 3.0
+            patient = MongoDBStore(made.server.url, server_selection_timeout=20.0, timeout=10.0)
+            assert patient.server_selection_timeout == 10.0  # never beyond timeout
+            url = f"{made.server.url.rstrip('/')}/?serverSelectionTimeoutMS=7000"
+            from_url = await initialized(MongoDBStore(url, collection=made.name))
+            mongo = next(iter(from_url._resources.values()))
+            assert mongo.client.options.server_selection_timeout == 7.0  # the URL wins
+            await from_url.async_close()
+        finally:
+            await made.cleanup()

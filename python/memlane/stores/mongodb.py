@@ -378,7 +378,8 @@ class MongoDBStore(MongoCas, NetworkStore[Mongo]):
             problem = None if value is None else utf8_problem(value)
             if problem is not None:
                 raise InvalidValueError(
-                    f"cannot store entry {entry_id!r} in MongoDB: {field} contains {problem}, "
+                    f"cannot store entry {entry_id!r} in MongoDB: {field} {value!r} contains "
+                    f"{problem}, "
                     "and MongoDB strings must be valid UTF-8"
                 )
         # JSON text with escaped surrogates is the same JSON, and valid UTF-8.

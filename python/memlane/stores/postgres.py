@@ -306,7 +306,7 @@ class PostgreSQLStore(NetworkStore[Any]):
         for field, value in (("namespace", namespace), ("entry_id", entry_id), ("key", key)):
             problem = None if value is None else text_problem(value)
             if problem is not None:
-                raise cannot_hold(entry_id, field, problem)
+                raise cannot_hold(entry_id, f"{field} {value!r}", problem)
         return (
             entry_id,
             scope,
