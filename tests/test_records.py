@@ -329,3 +329,55 @@ class TestConversationView:
             t["turn_id"] for t in transcript if not t["summarised"]
         ]
         assert all(t["user"].startswith("question") for t in transcript)
+
+
+class TestForgetUser:
+    """``forget_user`` removes every record of one person, conversations included."""
+
+    @pytest.fixture
+    def active(self, filled: tuple[Records, Filled]) -> tuple[Records, Filled]:
+        records, data = filled
+        _long_term(records).record_user_activity(data.user_id, conversation_id=data.conversation_id)
+        return records, data
+
+    def test_dry_run_then_forget(
+        self, active: tuple[Records, Filled], caplog: pytest.LogCaptureFixture
+    ) -> None:
+        records, data = active
+        with caplog.at_level(logging.WARNING, logger="memlane.audit"):
+            plan = records.forget_user("ada", dry_run=True)
+        assert not [r for r in caplog.records if r.name == "memlane.audit"]
+        assert plan["dry_run"] is True
+        assert plan["user_ids"] == [data.user_id]
+        assert plan["conversations"] == [data.conversation_id]
+        assert records.totals()["users"] == 2
+        with caplog.at_level(logging.WARNING, logger="memlane.audit"):
+            done = records.forget_user("telegram:1001", actor="dpo")
+        assert [r.getMessage() for r in caplog.records if r.name == "memlane.audit"] == [
+            f"dpo forgets user {data.user_id} (Ada) and every record of theirs"
+        ]
+        assert {k: v for k, v in done.items() if k != "dry_run"} == {
+            k: v for k, v in plan.items() if k != "dry_run"
+        }
+        assert done["dry_run"] is False
+        assert [u["display_name"] for u in records.users()["items"]] == ["Bob"]
+        assert {f["scope_id"] for f in records.facts(scope="user")["items"]} == {data.other_user_id}
+        assert records.episodes()["total"] == 0
+        assert [c["id"] for c in records.conversations()["items"]] == [data.other_conversation_id]
+
+    def test_a_merged_user_goes_with_the_survivor(self, active: tuple[Records, Filled]) -> None:
+        records, data = active
+        _long_term(records).merge_users(data.other_user_id, data.user_id)
+        done = records.forget_user(data.other_user_id)
+        assert sorted(done["user_ids"]) == sorted([data.user_id, data.other_user_id])
+        assert records.users()["total"] == 0
+        assert records.facts(scope="user")["total"] == 0
+
+    def test_unknown_and_ambiguous(self, active: tuple[Records, Filled]) -> None:
+        records = active[0]
+        with pytest.raises(UserNotFoundError, match="no user 'zed'"):
+            records.forget_user("zed")
+        _long_term(records).identify_user("slack", "U1", display_name="Ada")
+        with pytest.raises(AmbiguousUserError, match="'Ada' names 2 users"):
+            records.forget_user("Ada")
+        assert records.users()["total"] == 3

@@ -200,11 +200,7 @@ class Records:
         )  # fmt: skip
 
     def _budget(self, cid: str) -> tuple[int, int | None]:
-        memory = self.manager.conversation
-        own = getattr(memory, "conversation_budget", None)
-        if own is None:
-            return memory.max_tokens, memory.summarize_threshold
-        budget = own(cid)
+        budget = self.manager.conversation.conversation_budget(cid)
         return budget.max_tokens, budget.summarize_threshold
 
     def _conversation_row(self, cid: str) -> dict[str, Any]:

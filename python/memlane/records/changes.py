@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, is_dataclass
 from typing import TYPE_CHECKING, Any
 
 from memlane._runner import Plan, StoreCall, run_sync
@@ -384,11 +383,7 @@ def forget_user(
             person.display_name or "no name",
         )
     report = records.long_term.forget_user(person.id, dry_run=dry_run)
-    data: dict[str, Any] = (
-        asdict(report)
-        if is_dataclass(report) and not isinstance(report, type)
-        else report.model_dump(mode="json")
-    )
+    data: dict[str, Any] = report.model_dump(mode="json")
     memory = records.manager.conversation
     known = set(memory.conversation_ids)
     held = [cid for cid in data["conversations"] if cid in known]
