@@ -507,6 +507,12 @@ def _database_round_trip(
         assert cli.json("show", filled.conversation_id)["turns"] == 2
         assert cli.json("delete", "users", filled.user_id, "--yes")["deleted"] == [filled.user_id]
         assert [u["display_name"] for u in cli.json("users")] == ["Bob"]
+        assert cli.json("search", "chicago", "--type", "facts")[0]["record"]["scope_name"] == "Bob"
+        forgotten = cli.json("forget-user", "email:bob@example.com", "--yes")
+        assert forgotten["user_ids"] == [filled.other_user_id]
+        assert forgotten["facts"] == [f"user:{filled.other_user_id}:timezone"]
+        assert cli.json("users") == []
+        assert cli.json("stats")["users"] == 0
     finally:
         store.close()
         asyncio.run(drop_server_place(kind, url, place))
