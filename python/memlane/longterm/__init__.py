@@ -4,6 +4,7 @@
 * Facts (``facts.py``, models in ``model.py``): key-value knowledge in the scopes session,
   user, agent and global, confirmed, updated with history, contradicted, recalled through the
   scope hierarchy or by the fuzzy rule of ``fuzzy.py``.
+* :meth:`LongTermMemory.forget_user` (``forget.py``): every record of one person, at once.
 * :func:`create_fact_extractor` (``extraction.py``): facts a model finds in conversation
   turns, merged through ``remember``.
 """
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from memlane.errors import ProcedureNotFoundError, UserNotFoundError
 from memlane.longterm.episodes import Episode, EpisodeOutcome
+from memlane.longterm.forget import ForgetReport
 from memlane.longterm.fuzzy import fuzzy_match, query_words
 from memlane.longterm.memory import LongTermMemory
 from memlane.longterm.model import Fact, FactRevision, FactScope, FactType, RememberResult
@@ -50,6 +52,7 @@ __all__ = [
     "FactRevision",
     "FactScope",
     "FactType",
+    "ForgetReport",
     "LongTermMemory",
     "MemoryUser",
     "Procedure",

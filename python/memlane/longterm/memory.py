@@ -8,13 +8,16 @@ from __future__ import annotations
 
 from memlane.longterm.episodes import EpisodesMixin
 from memlane.longterm.facts import FactsMixin
+from memlane.longterm.forget import ForgetMixin
 from memlane.longterm.procedures import ProceduresMixin
 from memlane.longterm.search import SearchMixin
 from memlane.longterm.users import UsersMixin
 from memlane.stores import InMemoryStore, MemoryStore
 
 
-class LongTermMemory(FactsMixin, EpisodesMixin, ProceduresMixin, UsersMixin, SearchMixin):
+class LongTermMemory(
+    FactsMixin, EpisodesMixin, ProceduresMixin, UsersMixin, SearchMixin, ForgetMixin
+):
     """Memory that outlives conversations: facts in a scope hierarchy, and more.
 
     Every method has an ``async_`` twin running the same plan.

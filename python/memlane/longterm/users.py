@@ -475,7 +475,7 @@ class UsersMixin:
 
     def _load_plan(self, user_id: str) -> Plan[MemoryUser | None]:
         held: MemoryEntry | None = yield StoreCall("load_by_key", (USERS_NAMESPACE, user_id))
-        return None if held is None else _user(held.content)
+        return None if held is None else user_from_content(held.content)
 
     def _resolve_plan(self, user_id: str) -> Plan[MemoryUser | None]:
         """The user ``user_id`` names, following merges; ``None`` if there is none."""
@@ -496,12 +496,12 @@ class UsersMixin:
         """Applies ``change`` (``MemoryUser`` → ``MemoryUser``) by compare-and-swap."""
 
         def apply(content: Any) -> Any:
-            return change(_user(content)).model_dump(mode="json")
+            return change(user_from_content(content)).model_dump(mode="json")
 
         stored = yield from update_record(USERS_NAMESPACE, user_id, apply)
         if stored is None:
             raise UserNotFoundError(f"no user with id {user_id!r}")
-        return _user(stored)
+        return user_from_content(stored)
 
     def _update_live_plan(self, user_id: str, change: Any) -> Plan[MemoryUser]:
         """Applies ``change`` to the user ``user_id`` is now, following merges.
@@ -587,7 +587,12 @@ def _entry(user: MemoryUser) -> MemoryEntry:
     )
 
 
-def _user(content: Any) -> MemoryUser:
+def user_from_content(content: Any) -> MemoryUser:
+    """The user a record of :data:`USERS_NAMESPACE` holds.
+
+    Raises:
+        CorruptStoreError: It does not hold one; names the namespace.
+    """
     try:
         return MemoryUser.model_validate(content)
     except ValidationError as exc:
