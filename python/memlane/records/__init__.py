@@ -18,8 +18,9 @@ change is logged on the ``memlane.audit`` logger at WARNING before it is made.
 
 Modules: :mod:`~memlane.records.ids` (kinds and fact ids), :mod:`~memlane.records.listing`
 (pages, sorting, date filters, rows), :mod:`~memlane.records.people` (which users a
-``--user`` names), :mod:`~memlane.records.browse` (:class:`Records`) and
-:mod:`~memlane.records.changes` (deletes, edits, forgetting a person).
+``--user`` names), :mod:`~memlane.records.conversations` (conversation rows and the full view),
+:mod:`~memlane.records.finding` (search over every scope), :mod:`~memlane.records.browse`
+(:class:`Records`) and :mod:`~memlane.records.changes` (deletes, edits, forgetting a person).
 """
 
 from __future__ import annotations

@@ -10,23 +10,18 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
-from memlane._runner import run_sync
-from memlane._validate import check_identifier, check_positive_int, check_str
-from memlane.errors import ConversationNotFoundError
+from memlane._validate import check_identifier
 from memlane.longterm import Episode, Fact, LongTermMemory, Procedure
 from memlane.longterm.episodes import EPISODES_NAMESPACE
-from memlane.longterm.facts import MEMORY_TYPES
-from memlane.longterm.model import parse_namespace
 from memlane.longterm.procedures import PROCEDURES_NAMESPACE
 from memlane.manager import MemoryManager
 from memlane.records import changes, people
+from memlane.records.conversations import conversation_row, conversation_view, turn_count
+from memlane.records.finding import is_fact_namespace, search_everywhere
 from memlane.records.ids import WORKING_PREFIX, Page, fact_id
 from memlane.records.listing import entry_size, episode_row, page, to_json, working_row
-from memlane.stores.protocol import SearchHit, search_terms
 
 __all__ = ["Records"]
-
-_FACTS_PREFIX = ("longterm", "facts")
 
 
 class Records:
@@ -192,74 +187,26 @@ class Records:
 
         Most recent first unless sorted; dates filter on ``last_activity``.
         """
-        items = [self._conversation_row(cid) for cid in self.manager.conversation.conversation_ids]
+        memory = self.manager.conversation
+        items = [conversation_row(memory, cid) for cid in memory.conversation_ids]
         items.sort(key=lambda row: row["last_activity"] or "", reverse=True)
         return page(
             "conversations", items, q=q, offset=offset, limit=limit, sort=sort,
             descending=descending, since=since, until=until,
         )  # fmt: skip
 
-    def _budget(self, cid: str) -> tuple[int, int | None]:
-        budget = self.manager.conversation.conversation_budget(cid)
-        return budget.max_tokens, budget.summarize_threshold
-
-    def _conversation_row(self, cid: str) -> dict[str, Any]:
-        memory = self.manager.conversation
-        turns = memory.get_turns(cid)
-        history = memory.get_history_tokens(cid)
-        budget, threshold = self._budget(cid)
-        return {
-            "id": cid,
-            "turns": len(turns),
-            "history_tokens": history,
-            "total_tokens": memory.get_total_tokens(cid),
-            "budget": budget,
-            "summarize_threshold": threshold,
-            "budget_used": history / budget,
-            "has_summary": memory.get_summary(cid) is not None,
-            "last_activity": turns[-1].timestamp.isoformat() if turns else None,
-        }
-
     def conversation(self, conversation_id: str) -> dict[str, Any]:
         """A conversation as the model receives it, and its whole transcript.
 
         ``messages`` are the kept turns (``sent`` when in the history the model gets now);
         ``transcript`` is every turn ever kept, the summarised ones included
-        (``summarised: true``).
+        (``summarised: true``); ``budget`` and ``summarize_threshold`` are the
+        conversation's own.
 
         Raises:
             ConversationNotFoundError: The id is unknown.
         """
-        memory = self.manager.conversation
-        cid = check_identifier(conversation_id, "conversation id")
-        if cid not in memory.conversation_ids:
-            raise ConversationNotFoundError(f"no conversation {cid!r}")
-        from pydantic_ai.messages import ModelRequest, UserPromptPart  # what a history holds
-
-        row = self._conversation_row(cid)
-        history = memory.get_message_history(cid)
-        # The newest turns that fit the budget are sent whole; older kept ones wait for the
-        # summary. Each sent turn opens with the request holding its user prompt.
-        row["sent_turns"] = sum(
-            any(isinstance(part, UserPromptPart) for part in message.parts)
-            for message in history
-            if isinstance(message, ModelRequest)
-        )
-        row["summary"] = memory.get_summary(cid)
-        row["summary_tokens"] = memory.estimator.estimate(row["summary"] or "")
-        turns = memory.get_turns(cid)
-        first_sent = len(turns) - row["sent_turns"]
-        sent = {t.turn_id for t in turns[first_sent:]}
-        kept = {t.turn_id for t in turns}
-        row["messages"] = [_turn(t, t.turn_id in sent, summarised=False) for t in turns]
-        transcript = {t.turn_id: t for t in memory.get_transcript(cid)}
-        for t in turns:
-            transcript.setdefault(t.turn_id, t)
-        row["transcript"] = [
-            _turn(t, t.turn_id in sent, summarised=t.turn_id not in kept)
-            for _, t in sorted(transcript.items())
-        ]
-        return row
+        return conversation_view(self.manager.conversation, conversation_id)
 
     def working_scopes(self) -> list[dict[str, Any]]:
         """Every working-memory scope with how many facts it holds."""
@@ -306,7 +253,7 @@ class Records:
                 user_id=user_id, agent_id=agent_id, session_id=session_id,
             )  # fmt: skip
         else:
-            hits = self._search_everywhere(query, memory_type, limit)
+            hits = search_everywhere(self.manager.store, query, memory_type, limit)
         names = self._names()
         found: list[dict[str, Any]] = []
         for hit in hits:
@@ -321,32 +268,6 @@ class Records:
                 assert isinstance(hit, Procedure)
                 found.append({"type": "procedure", "id": hit.id, "record": to_json(hit)})
         return found
-
-    def _search_everywhere(self, query: str, memory_type: str, limit: int) -> list[Any]:
-        check_str(query, "query")
-        if not search_terms(query):
-            raise ValueError(f"query must hold at least one word, got {query!r}")
-        if memory_type not in MEMORY_TYPES:
-            allowed = ", ".join(repr(t) for t in MEMORY_TYPES)
-            raise ValueError(f"memory_type must be one of {allowed}, got {memory_type!r}")
-        limit = check_positive_int(limit, "limit")
-        store = self.manager.store
-        fact_names = [
-            name for name in store.namespaces() if tuple(parse_namespace(name)[:2]) == _FACTS_PREFIX
-        ]
-        places: list[tuple[list[str], Callable[[Any], Any]]] = []
-        if memory_type in ("facts", "all") and fact_names:
-            places.append((fact_names, Fact.model_validate))
-        if memory_type in ("procedures", "all"):
-            places.append(([PROCEDURES_NAMESPACE], Procedure.model_validate))
-        if memory_type in ("episodes", "all"):
-            places.append(([EPISODES_NAMESPACE], Episode.model_validate))
-        ranked: list[tuple[float, int, Any]] = []
-        for names, load in places:
-            for hit in _store_search(store, names, query, limit):
-                ranked.append((hit.score, len(ranked), load(hit.entry.content)))
-        ranked.sort(key=lambda r: (-r[0], r[1]))
-        return [record for _, _, record in ranked[:limit]]
 
     # ------------------------------------------------------------------ totals
 
@@ -364,7 +285,7 @@ class Records:
         for name in names:
             entries = store.load(name)
             counts["bytes"] += sum(entry_size(e) for e in entries)
-            if tuple(parse_namespace(name)[:2]) == _FACTS_PREFIX:
+            if is_fact_namespace(name):
                 counts["facts"] += sum(e.key is not None for e in entries)
             elif name.startswith(WORKING_PREFIX):
                 counts["working"] += sum(e.key is not None for e in entries)
@@ -375,7 +296,7 @@ class Records:
             "procedures": len(store.load(PROCEDURES_NAMESPACE)),
             "users": len(people.all_users(store)),
             "conversations": len(cids),
-            "turns": sum(_turn_count(memory, cid) for cid in cids),
+            "turns": sum(turn_count(memory, cid) for cid in cids),
             "working": counts["working"],
             "bytes": counts["bytes"],
         }
@@ -531,32 +452,3 @@ class Records:
             AmbiguousUserError: ``user`` is a display name several users share.
         """
         return changes.forget_user(self, user, dry_run=dry_run, actor=actor)
-
-
-def _turn(turn: Any, sent: bool, *, summarised: bool) -> dict[str, Any]:
-    return {
-        "turn_id": turn.turn_id,
-        "user": turn.user_prompt,
-        "assistant": turn.assistant_response,
-        "tokens": turn.token_estimate,
-        "timestamp": turn.timestamp.isoformat(),
-        "sent": sent and not summarised,
-        "summarised": summarised,
-    }
-
-
-def _turn_count(memory: Any, cid: str) -> int:
-    kept = {t.turn_id for t in memory.get_turns(cid)}
-    kept.update(t.turn_id for t in memory.get_transcript(cid))
-    return len(kept)
-
-
-def _store_search(store: Any, names: list[str], query: str, limit: int) -> list[SearchHit]:
-    from memlane.longterm.search import _search_call  # the one fallback for unsearchable stores
-
-    def plan() -> Any:
-        hits: list[SearchHit] = yield _search_call(store, names, query, limit, 0.0)
-        return hits
-
-    found: list[SearchHit] = run_sync(plan(), store)
-    return found
