@@ -401,6 +401,9 @@ class TestSmaller:
         assert (code, out) == (0, "deleted 1 conversation\n")
         code, out, _ = cli("delete", "facts", "--scope", "global", "--yes")
         assert (code, out) == (0, "deleted 2 facts\n")
+        code, out, err = cli("delete", "users", store[1].other_user_id, "--yes")
+        assert (code, out) == (0, "deleted 1 user\n")
+        assert "memlane forget-user USER deletes a person entirely" in err
 
     def test_show_marks_summarised_turns(
         self, tmp_path: Path, capsys: pytest.CaptureFixture[str]

@@ -156,6 +156,11 @@ def delete(args: argparse.Namespace, out: Output) -> int:
         out.text(f"deleted {count(len(done['deleted']), args.kind)}")
         for missing in done["not_found"]:
             out.note(f"not found: {missing}")
+        if args.kind == "users" and done["deleted"]:
+            out.note(
+                "their facts, episodes and conversations are kept; "
+                "memlane forget-user USER deletes a person entirely"
+            )
     return 1 if done["not_found"] else 0
 
 
