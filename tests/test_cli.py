@@ -122,7 +122,8 @@ class TestEntryPoints:
         assert ":func:" not in out
         for command in (
             "tokens", "demo", "conversations", "show", "export", "import", "facts", "episodes",
-            "procedures", "users", "working", "search", "stats", "purge-expired", "delete", "serve",
+            "procedures", "users", "working", "search", "stats", "purge-expired", "delete",
+            "forget-user", "serve",
         ):  # fmt: skip
             assert f"\n    {command}" in out
 
