@@ -11,9 +11,12 @@ from typing import Any, NamedTuple
 
 import pytest
 
-from memlane import ConversationMemory, LongTermMemory
+from memlane import ConversationMemory, LongTermMemory, SQLiteStore
 from memlane.errors import UserNotFoundError
 from memlane.longterm import ForgetReport
+from memlane.longterm.facts import fact_namespace
+from memlane.longterm.model import FactScope
+from memlane.longterm.users import USERS_NAMESPACE
 from store_kinds import Made, open_store
 
 
@@ -146,3 +149,33 @@ class TestForgetUser:
         memory = LongTermMemory(made.store)
         with pytest.raises(error):
             await memory.async_forget_user(user_id, dry_run=dry_run)
+
+
+async def test_reading_users_on_a_read_only_store_never_writes(tmp_path: Path) -> None:
+    """get_user, identify_user of a known person and user_context refresh the preference
+    cache on a writable store; read-only, they return fresh preferences and write nothing."""
+    path = tmp_path / "memory.sqlite3"
+    store = SQLiteStore(path)
+    memory = LongTermMemory(store)
+    uid = (await memory.async_identify_user("telegram", 1)).id
+    # A preference written behind the cache's back (as an older release could leave it).
+    await memory.async_remember(
+        "tone", "brief", scope="user", scope_id=uid, fact_type="user_preference"
+    )
+    held = await store.async_load_by_key(USERS_NAMESPACE, uid)
+    assert held is not None
+    stale = held.model_copy(update={"content": {**held.content, "preferences": {}}})
+    await store.async_save(USERS_NAMESPACE, stale)
+    assert len(await store.async_load(fact_namespace(FactScope.USER, uid))) == 1
+    store.close()
+    before = path.read_bytes()
+    reader = LongTermMemory(SQLiteStore(path, read_only=True))
+    user = await reader.async_get_user(uid)
+    assert user is not None
+    assert user.preferences == {"tone": "brief"}
+    assert (await reader.async_user_context(uid)).preferences == {"tone": "brief"}
+    assert (await reader.async_identify_user("telegram", 1)).id == uid
+    report = await reader.async_forget_user(uid, dry_run=True)
+    assert report.user_ids == [uid]
+    reader.store.close()
+    assert path.read_bytes() == before

@@ -468,6 +468,10 @@ class UsersMixin:
         preferences = {f.key: f.value for f in facts if f.fact_type is FactType.USER_PREFERENCE}
         if preferences == user.preferences:
             return user
+        if getattr(self.store, "read_only", False) is True:
+            # A read never writes to a store opened read-only: the copy returned is right,
+            # and the stored cache is refreshed by the next writable read.
+            return user.model_copy(update={"preferences": preferences})
         yield from self._update_user_plan(
             user.id, lambda held: held.model_copy(update={"preferences": preferences})
         )
