@@ -12,7 +12,9 @@ from typing import Any
 import asyncpg
 import pytest
 
+from conftest import require_rust_core
 from memlane import MemoryEntry, SQLiteStore
+from memlane._pure import store as pure
 from memlane.errors import StoreError
 from memlane.stores import ConditionalStore
 from store_kinds import STORES, Made, open_store
@@ -121,3 +123,63 @@ class TestAllOrNothing:
                 await asyncio.to_thread(store.delete_many, "ns", [saved[3].entry_id])
         finally:
             await made.cleanup()
+
+
+class TestTwinsAgree:
+    """The Rust table and its pure-Python twin delete the same rows and answer the same ids,
+    and refuse the same files with the same message."""
+
+    def test_delete_many(self, tmp_path: Path) -> None:
+        tables = [
+            require_rust_core().SqliteTable(str(tmp_path / "rust.sqlite3")),
+            pure.SqliteTable(str(tmp_path / "python.sqlite3")),
+        ]
+        answers = []
+        for table in tables:
+            for i in range(6):
+                row = (
+                    f"id{i}",
+                    "working",
+                    f"k{i}",
+                    str(i),
+                    "{}",
+                    "2024-01-01T00:00:00",
+                    None,
+                    0.5,
+                    0,
+                )
+                table.save("a" if i % 2 else "b", row)
+            answers.append(
+                [
+                    table.delete_many("a", ["id1", "id0", "id3", "nope", "id3"]),
+                    table.delete_many("b", []),
+                    table.delete_many("b", ["id4", "id5"]),
+                    [r[0] for r in table.load("a", 0.0)],
+                    [r[0] for r in table.load("b", 0.0)],
+                ]
+            )
+            table.close()
+        assert answers[0] == answers[1]
+        # The store drops duplicate ids before the table sees them; the tables count a
+        # second delete of one id as nothing found.
+        assert answers[0][:3] == [["id1", "id3"], [], ["id4"]]
+
+    @pytest.mark.parametrize("read_only", [True, False])
+    def test_foreign_files(self, tmp_path: Path, read_only: bool) -> None:
+        path = tmp_path / "shop.db"
+        con = sqlite3.connect(path)
+        con.execute("CREATE TABLE orders (id INTEGER)")
+        con.commit()
+        con.close()
+        empty = tmp_path / "empty.db"
+        empty.touch()
+        for target in (path, empty):
+            if target is empty and not read_only:
+                continue  # a writable open makes an empty file a store
+            errors = []
+            for table in (require_rust_core().SqliteTable, pure.SqliteTable):
+                with pytest.raises(sqlite3.DatabaseError) as info:
+                    table(str(target), read_only)
+                errors.append((type(info.value), str(info.value)))
+            assert errors[0] == errors[1]
+            assert errors[0][1].startswith(pure.NOT_A_STORE)
