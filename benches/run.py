@@ -8,7 +8,7 @@ Usage::
     python -m benches --report          # regenerate RESULTS.md / plots / README from results.json
 
 Workloads: tokens (1), turns (2), scaling (3), stores (4), memory (5), fleet (6), longterm (7),
-shared (8), strategies (9).
+shared (8), strategies (9), server (10).
 Results are stored per workload in ``benches/results.json``, so a workload can be re-run on its own.
 """
 
@@ -29,6 +29,7 @@ from benches import (
     bench_fleet,
     bench_longterm,
     bench_memory,
+    bench_server,
     bench_shared,
     bench_stores,
     bench_strategies,
@@ -60,6 +61,7 @@ WORKLOADS = {
         "9. Memory strategies: max-tokens with two conditions against the plain budget",
         bench_strategies.run,
     ),
+    "server": ("10. Server: memlane serve under 20 concurrent clients", bench_server.run),
 }
 RESULTS_JSON = BENCH_DIR / "results.json"
 

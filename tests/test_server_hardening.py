@@ -368,3 +368,10 @@ def test_the_real_server_survives_hostile_requests(tmp_path: Path) -> None:
     access = [line for line in served.log().splitlines() if '"GET /memories?token=' in line]
     assert len(access) == 1
     assert TOKEN not in access[0]
+
+
+def test_read_threads_must_be_a_positive_integer() -> None:
+    """A bad ``read_threads`` is refused when the app is made, naming the value."""
+    for bad in (0, -1, True, 1.5):
+        with pytest.raises(ValueError, match=f"read_threads must be an integer >= 1, got {bad!r}"):
+            create_app(MemoryManager(), read_threads=bad)  # type: ignore[arg-type]  # wrong on purpose

@@ -13,8 +13,9 @@ token (or with a wrong one), 404 for an unknown record, 409 for a change on a re
 store, 413 for a body over 1 MiB, 415 for a body that is not JSON, 503 when the store cannot
 be reached.
 
-Reads run concurrently in the thread pool (every store is safe to share between threads);
-changes run one at a time, so a batch never interleaves with another.
+Reads run concurrently in worker threads (every store is safe to share between threads),
+a few at a time (see ``read_threads``); changes run one at a time, so a batch never
+interleaves with another.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from collections.abc import Awaitable, Callable
 from importlib import resources
 from typing import Any
 
+import anyio
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.middleware import Middleware
@@ -50,13 +52,16 @@ from memlane.server.inputs import (
 )
 from memlane.server.openapi import openapi_schema
 from memlane.server.security import COOKIE_NAME, SecurityHeaders, TokenCheck, redact_access_log
+from memlane.stores._network import NetworkStore
 
-__all__ = ["COOKIE_NAME", "DEFAULT_LIMIT", "MAX_LIMIT", "create_app"]
+__all__ = ["COOKIE_NAME", "DEFAULT_LIMIT", "MAX_LIMIT", "NETWORK_READ_THREADS", "create_app"]
 
 DEFAULT_LIMIT = 50
 """Records per page unless ``limit`` says otherwise."""
 MAX_LIMIT = 500
 """The most records one page may hold."""
+NETWORK_READ_THREADS = 8
+"""Reads at once on a database server's store: they wait on the network, not the GIL."""
 
 _LOOPBACK_NAMES = ["127.0.0.1", "localhost", "::1", "[::1]"]
 _STATIC = {
@@ -159,7 +164,13 @@ def _asset(name: str) -> str:
     return resources.files("memlane.server").joinpath(name).read_text("utf-8")
 
 
-def create_app(manager: MemoryManager, *, token: str | None = None, auth: bool = True) -> Starlette:
+def create_app(
+    manager: MemoryManager,
+    *,
+    token: str | None = None,
+    auth: bool = True,
+    read_threads: int | None = None,
+) -> Starlette:
     """The API and the page over ``manager``'s store, ready to serve or mount.
 
     Also puts a filter on the ``uvicorn.access`` logger that redacts ``token=…`` from logged
@@ -172,17 +183,32 @@ def create_app(manager: MemoryManager, *, token: str | None = None, auth: bool =
         auth: ``False`` lets reads through without the token; changes still need it. Only
             for an app bound to loopback (``memlane serve`` enforces that); requests must
             then name a loopback host (``Host: 127.0.0.1``, ``localhost``, ``[::1]``).
+        read_threads: How many reads may run at once; ``None``: 2 on a store in this
+            process (SQLite, files, memory), whose reads hold the GIL, so more threads only
+            take turns with the event loop (benches/bench_server.py measured 20 against 2:
+            p99 3x worse); :data:`NETWORK_READ_THREADS` on PostgreSQL and MongoDB, whose
+            reads mostly wait on the network. Changes always run one at a time.
 
     Returns:
         The Starlette application.
+
+    Raises:
+        ValueError: ``read_threads`` is not an integer >= 1.
     """
     records = Records(manager)
     chosen = token if token is not None else secrets.token_urlsafe(24)
     writing = threading.Lock()
     redact_access_log()
 
+    if read_threads is None:
+        read_threads = NETWORK_READ_THREADS if isinstance(manager.store, NetworkStore) else 2
+    if isinstance(read_threads, bool) or not isinstance(read_threads, int) or read_threads < 1:
+        raise ValueError(f"read_threads must be an integer >= 1, got {read_threads!r}")
+    readers = anyio.CapacityLimiter(read_threads)
+
     async def read(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        return await run_in_threadpool(function, *args, **kwargs)
+        call = functools.partial(function, *args, **kwargs)
+        return await anyio.to_thread.run_sync(call, limiter=readers)
 
     def locked(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         with writing:
