@@ -156,6 +156,33 @@ class TestEveryStore:
         }
         assert [i["key"] for i in api.get("working/agent:travel/")["items"]] == ["budget"]
 
+    @pytest.mark.parametrize("served", STORES, indirect=True)
+    def test_edits_and_hostile_ids(self, served: tuple[Api, Filled, MemoryManager]) -> None:
+        api, filled, manager = served
+        client = api.client
+        fact = f"user:{filled.user_id}:diet"
+        edited = client.patch(API + f"facts/{fact}", json={"value": {"v": 1}}, headers=AUTH)
+        assert edited.json()["value"] == {"v": 1}
+        working = client.patch(API + "working/agent:travel/city", json={"value": 2}, headers=AUTH)
+        assert working.json()["value"] == 2
+        named = client.patch(
+            API + f"memory-users/{filled.user_id}", json={"display_name": "A"}, headers=AUTH
+        )
+        assert named.json()["display_name"] == "A"
+        assert manager.long_term is not None
+        assert manager.long_term.get_user(filled.user_id).display_name == "A"  # type: ignore[union-attr]
+        for body in (b'{"ids": ["global:\\ud800"]}', b'{"ids": ["user:\\u0000:x"]}'):
+            for path in ("facts/", "episodes/", "memory-users/", "checkpoints/"):
+                response = client.post(
+                    API + path + "batch-delete/",
+                    content=body,
+                    headers={**AUTH, "Content-Type": "application/json"},
+                )
+                assert response.status_code == 400, response.text
+        for path in ("conversations/%ED%A0%80", "episodes/%ED%A0%80", "facts/?q=%ED%A0%80"):
+            assert client.get(API + path, headers=AUTH).status_code in (200, 404)
+        assert api.get("facts/")["total"] == 6
+
 
 class TestListing:
     """Listings page, filter and search as the query says."""
