@@ -17,7 +17,7 @@ from typing import Any
 
 from memlane.cli.output import CliError
 from memlane.config import MemlaneSettings
-from memlane.errors import NotAStoreError
+from memlane.errors import NotAStoreError, StoreConnectionError
 from memlane.manager import MemoryManager
 
 __all__ = ["STORE_HELP", "describe_store", "open_manager", "settings_for"]
@@ -123,6 +123,9 @@ def open_manager(
         manager = MemoryManager.from_config(settings, long_term=True, read_only=read_only)
     except ImportError as exc:
         raise CliError(f"{where}: {str(exc).splitlines()[0]}") from None
+    except StoreConnectionError as exc:
+        # It names the kind of store and its host:port already.
+        raise CliError(_first_line(exc)) from None
     except NotAStoreError as exc:
         # Its message names the file or database already, and what it holds instead.
         raise CliError(_first_line(exc)) from None
