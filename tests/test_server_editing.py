@@ -191,3 +191,42 @@ class TestConversation:
         assert all(not t["sent"] for t in summarised)
         assert sum(t["sent"] for t in transcript) == detail["sent_turns"]
         assert all(t["tokens"] > 0 for t in transcript)
+
+
+class TestForgetUser:
+    """DELETE /memory-users/{id}?cascade=true forgets every record of one person."""
+
+    def test_dry_run_then_cascade(
+        self, api: tuple[Client, Filled, MemoryManager], caplog: pytest.LogCaptureFixture
+    ) -> None:
+        client, filled, _ = api
+        caplog.set_level(logging.WARNING)
+        ada_facts = {f"user:{filled.user_id}:timezone", f"user:{filled.user_id}:diet"}
+        plan = client.call("DELETE", f"memory-users/{filled.user_id}", params={"dry_run": "true"})
+        assert plan["dry_run"] is True
+        assert set(plan["facts"]) == ada_facts
+        assert plan["episodes"] == [filled.episode_id]
+        assert plan["user_ids"] == [filled.user_id]
+        assert client.get("facts/")["total"] == 6  # a dry run deletes nothing
+        done = client.call("DELETE", f"memory-users/{filled.user_id}", params={"cascade": "true"})
+        assert done["dry_run"] is False
+        assert set(done["facts"]) == ada_facts
+        left = set(client.ids("facts/"))
+        assert not ada_facts & left
+        assert f"user:{filled.other_user_id}:timezone" in left
+        assert client.ids("episodes/") == []
+        assert client.ids("memory-users/") == [filled.other_user_id]
+        assert any(r.name == "memlane.audit" for r in caplog.records)
+        again = client.call(
+            "DELETE", f"memory-users/{filled.user_id}", 404, params={"cascade": "1"}
+        )
+        assert filled.user_id in again["error"]
+
+    def test_without_cascade_only_the_user_goes(
+        self, api: tuple[Client, Filled, MemoryManager]
+    ) -> None:
+        client, filled, _ = api
+        done = client.call("DELETE", f"memory-users/{filled.other_user_id}")
+        assert done["deleted"] == [filled.other_user_id]
+        assert client.get("facts/")["total"] == 6
+        assert "no user" in client.call("DELETE", "memory-users/nobody", 404)["error"]
