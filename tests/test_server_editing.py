@@ -6,12 +6,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
 from starlette.testclient import TestClient
 
-from memlane import MemoryManager
+from memlane import MemoryManager, SQLiteStore
 from memlane.server import create_app
 from operator_data import Filled, fill
 
@@ -230,3 +231,29 @@ class TestForgetUser:
         assert done["deleted"] == [filled.other_user_id]
         assert client.get("facts/")["total"] == 6
         assert "no user" in client.call("DELETE", "memory-users/nobody", 404)["error"]
+
+
+def test_changes_on_a_read_only_store_are_409(tmp_path: Path) -> None:
+    """A store opened read-only answers every change with 409, naming the store; reads work."""
+    path = tmp_path / "ro.sqlite3"
+    writable = SQLiteStore(str(path))
+    filled = fill(MemoryManager(store=writable, long_term=True))
+    writable.close()
+    store = SQLiteStore(str(path), read_only=True)
+    before = path.read_bytes()
+    try:
+        with TestClient(create_app(MemoryManager(store=store, long_term=True), token=TOKEN)) as raw:
+            client = Client(raw)
+            assert client.get("facts/")["total"] == 6
+            for method, route, body in (
+                ("PATCH", "facts/global:timezone", {"value": "x"}),
+                ("PATCH", "working/agent:travel/city", {"value": "x"}),
+                ("PATCH", f"memory-users/{filled.user_id}", {"display_name": "x"}),
+                ("POST", "facts/batch-delete/", {"ids": ["global:timezone"]}),
+            ):
+                refused = client.call(method, route, 409, json=body)
+                assert "read-only" in refused["error"]
+            assert client.get("facts/")["total"] == 6
+    finally:
+        store.close()
+    assert path.read_bytes() == before
