@@ -81,6 +81,9 @@ class TestListings:
             tomorrow = (datetime.now(UTC) + timedelta(days=1)).date().isoformat()
             assert client.get("facts/", since=tomorrow)["total"] == 0
             assert client.get("facts/", until=tomorrow)["total"] == 621
+            written = client.get("facts/", limit=1)["items"][0]["updated_at"][:10]
+            assert client.get("facts/", until=written)["total"] == 621  # the whole day
+            assert client.get("facts/", since=written)["total"] == 621
             assert "ISO 8601" in client.get("facts/", status=400, since="soon")["error"]
 
     def test_display_names_on_rows(self, api: tuple[Client, Filled, MemoryManager]) -> None:

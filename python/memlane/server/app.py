@@ -108,7 +108,7 @@ def _listing_args(request: Request) -> dict[str, Any]:
         "sort": query_str(request, "sort"),
         "descending": bool(query_bool(request, "descending")),
         "since": query_datetime(request, "since"),
-        "until": query_datetime(request, "until"),
+        "until": query_datetime(request, "until", end_of_day=True),
     }
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import math
-from datetime import UTC, datetime
+from datetime import UTC, datetime, time
 from typing import Any
 
 from starlette.requests import Request
@@ -111,8 +111,12 @@ def query_bool(request: Request, name: str) -> bool | None:
     raise HTTPError(400, f"{name} must be true or false, got {raw!r}")
 
 
-def query_datetime(request: Request, name: str) -> datetime | None:
-    """An ISO 8601 date or time; a time without a zone is taken as UTC."""
+def query_datetime(request: Request, name: str, *, end_of_day: bool = False) -> datetime | None:
+    """An ISO 8601 date or time; a time without a zone is taken as UTC.
+
+    A bare date means the start of that day, or its end with ``end_of_day`` (so
+    ``until=2026-05-01`` includes the whole of May 1st).
+    """
     raw = query_str(request, name)
     if raw is None:
         return None
@@ -120,6 +124,8 @@ def query_datetime(request: Request, name: str) -> datetime | None:
         value = datetime.fromisoformat(raw)
     except ValueError:
         raise HTTPError(400, f"{name} must be an ISO 8601 date or time, got {raw!r}") from None
+    if end_of_day and len(raw) == len("2026-05-01"):
+        value = datetime.combine(value.date(), time.max)
     return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
 
 
