@@ -8,9 +8,11 @@
   :mod:`~memlane.conversation.summaries`.
 - :mod:`~memlane.conversation.state`: one conversation in memory and its store entries.
 - :mod:`~memlane.conversation.snapshot`: export and import.
+- :mod:`~memlane.conversation.budget`: each conversation's own budget, kept with it.
 """
 
 from memlane._runner import Summarizer
+from memlane.conversation.budget import ConversationBudget
 from memlane.conversation.memory import ConversationMemory
 from memlane.conversation.state import INDEX_NAMESPACE, SUMMARY_KEY
 from memlane.messages import SUMMARY_PREFIX, message_texts, summary_message
@@ -19,6 +21,7 @@ __all__ = [
     "INDEX_NAMESPACE",
     "SUMMARY_KEY",
     "SUMMARY_PREFIX",
+    "ConversationBudget",
     "ConversationMemory",
     "Summarizer",
     "message_texts",

@@ -20,15 +20,18 @@ from typing import Any, TypeVar
 from memlane._locks import HybridLock, LockTable
 from memlane._runner import Plan, Release, StoreCall, Summarizer
 from memlane._validate import check_identifier
+from memlane.conversation.budget import BUDGET_KEY, ConversationBudget, entry_budget
 from memlane.conversation.state import (
     INDEX_NAMESPACE,
     LOG_PREFIX,
     LOG_STOP,
     ConversationState,
     apply_event,
+    budget_entry,
     clear_entry,
     cleared_at,
     index_entry,
+    last_clear,
     log_key,
     namespace,
     new_ledger,
@@ -102,6 +105,14 @@ class ConversationLifecycle:
             yield lock
         return lock
 
+    def _own_budget(self) -> ConversationBudget:
+        """This memory's budget: what a conversation it creates keeps."""
+        return ConversationBudget(self.max_tokens, self.summarize_threshold)
+
+    def _budget_of(self, state: ConversationState) -> ConversationBudget:
+        """The budget ``state`` keeps, or this memory's for a conversation without one."""
+        return self._own_budget() if state.budget is None else state.budget
+
     def _keep(self, cid: str, state: ConversationState) -> None:
         """Caches ``state``; on a persistent store, evicts the least recently used beyond
         ``max_cached_conversations`` (what is evicted is in the store already)."""
@@ -119,8 +130,11 @@ class ConversationLifecycle:
 
     # ------------------------------------------------------------------ loading
 
-    def _coherent_plan(self, cid: str, *, create: bool) -> Plan[ConversationState | None]:
-        """The conversation as the store holds it now (created if asked; ``None`` if unknown).
+    def _coherent_plan(
+        self, cid: str, *, create: bool, budget: ConversationBudget | None = None
+    ) -> Plan[ConversationState | None]:
+        """The conversation as the store holds it now (created if asked, keeping ``budget``,
+        by default this memory's; ``None`` if unknown).
 
         A cached state is caught up with what other hosts committed; on a store that is not
         persisted the cache is the store.
@@ -130,11 +144,13 @@ class ConversationLifecycle:
             state = yield from self._still_alive_plan(cid, state)
         if not self._persistent:
             if state is None and create:
-                state = self._states[cid] = ConversationState(new_ledger(self.max_tokens))
+                kept = budget or self._own_budget()
+                state = ConversationState(new_ledger(kept.max_tokens), kept)
+                self._states[cid] = state
                 yield from self._touch_plan(cid, state)
             return state
         if state is None:
-            return (yield from self._load_plan(cid, create=create))
+            return (yield from self._load_plan(cid, create=create, budget=budget))
         self._states.move_to_end(cid)
         return (yield from self._catch_up_plan(cid, state, create=create))
 
@@ -205,8 +221,11 @@ class ConversationLifecycle:
             entry = index_entry(cid, until, state.generation)
             yield StoreCall("save", (INDEX_NAMESPACE, entry))
 
-    def _load_plan(self, cid: str, *, create: bool) -> Plan[ConversationState | None]:
-        """Loads a conversation from the store and caches it (created if asked)."""
+    def _load_plan(
+        self, cid: str, *, create: bool, budget: ConversationBudget | None = None
+    ) -> Plan[ConversationState | None]:
+        """Loads a conversation from the store and caches it (created if asked, keeping
+        ``budget``, by default this memory's)."""
         ns = namespace(cid)
         entries: list[MemoryEntry] = yield StoreCall("load", (ns,))
         # Entries that end in a clear hold no conversation, but keep its log position.
@@ -219,7 +238,11 @@ class ConversationLifecycle:
             yield from self._expire_plan(cid)
             entries, holds = [], False
         known = holds or index is not None
-        state, leftovers = restore(entries, self.max_tokens)
+        kept, stale = self._stored_budget(entries)
+        state, leftovers = restore(entries, self.max_tokens if kept is None else kept.max_tokens)
+        state.budget = kept
+        if stale is not None:
+            leftovers.append(stale.entry_id)
         # What an interrupted clear or summary left; a read-only store keeps it, and the
         # state read is the same either way.
         for entry_id in [] if self._read_only else leftovers:
@@ -231,10 +254,39 @@ class ConversationLifecycle:
             if index.expires_at is not None:
                 state.expires_at = index.expires_at.timestamp()
         if not known:
+            yield from self._keep_budget_plan(cid, state, budget or self._own_budget())
             yield StoreCall("save", (INDEX_NAMESPACE, index_entry(cid)))
             yield from self._touch_plan(cid, state)
         self._keep(cid, state)
         return state
+
+    @staticmethod
+    def _stored_budget(
+        entries: list[MemoryEntry],
+    ) -> tuple[ConversationBudget | None, MemoryEntry | None]:
+        """The budget the conversation's entries keep for its current life, and a budget
+        entry a clear voided (an interrupted clear left it; the caller deletes it)."""
+        for entry in entries:
+            if entry.key == BUDGET_KEY:
+                budget, head = entry_budget(entry)
+                if head <= last_clear(entries):
+                    return None, entry
+                return budget, None
+        return None, None
+
+    def _keep_budget_plan(
+        self, cid: str, state: ConversationState, budget: ConversationBudget
+    ) -> Plan[None]:
+        """Stores the budget of a conversation being created, unless another host creating
+        it at the same time stored its own first: the first holds for every host."""
+        ns = namespace(cid)
+        if not (yield StoreCall("save_if", (ns, budget_entry(budget, state.head), None))):
+            found: MemoryEntry | None = yield StoreCall("load_by_key", (ns, BUDGET_KEY))
+            if found is not None:
+                budget = entry_budget(found)[0]
+        # A conversation being created holds no turn yet: its ledger can start over.
+        state.ledger = new_ledger(budget.max_tokens)
+        state.budget = budget
 
     def _catch_up_plan(
         self, cid: str, state: ConversationState, *, create: bool

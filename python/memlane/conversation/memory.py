@@ -36,6 +36,7 @@ from memlane._runner import (
     sync_method,
 )
 from memlane._validate import check_positive_int, check_str, check_ttl
+from memlane.conversation.budget import ConversationBudget
 from memlane.conversation.lifecycle import check_cid
 from memlane.conversation.plan import (
     ConversationLogic,
@@ -525,6 +526,22 @@ class ConversationMemory(ConversationLogic):
 
     async_conversation_ids = async_method(_conversation_ids)
 
+    def _conversation_budget(self, conversation_id: str) -> Plan[ConversationBudget]:
+        """The conversation's own budget: ``max_tokens`` and ``summarize_threshold`` as they
+        were when it was created, kept in the store with it (this memory's values for a
+        conversation stored before budgets were kept).
+
+        Raises:
+            ConversationNotFoundError: (a ``KeyError``) the id is unknown.
+        """
+        cid = check_cid(conversation_id)
+        yield from self._locked(cid)
+        state = yield from self._existing_plan(cid)
+        return self._budget_of(state)
+
+    conversation_budget = sync_method(_conversation_budget)
+    async_conversation_budget = async_method(_conversation_budget)
+
     # ------------------------------------------------------------------ forgetting
 
     def _clear(self, conversation_id: str) -> Plan[None]:
@@ -565,7 +582,9 @@ class ConversationMemory(ConversationLogic):
             ``conversation_id``, ``turns`` (``turn_id``, ``user_prompt``,
             ``assistant_response``, ``token_estimate``, ``metadata``, ``timestamp`` and
             ``raw_messages`` serialised with pydantic-ai's ``ModelMessagesTypeAdapter``),
-            ``summary``, ``summary_created_at``, ``summarized_turns`` and ``total_tokens``.
+            ``summary``, ``summary_created_at``, ``summarized_turns``, ``total_tokens``, and
+            the conversation's budget: ``max_tokens`` and ``summarize_threshold`` (an import
+            keeps them).
 
         Raises:
             ConversationNotFoundError: (a ``KeyError``) the id is unknown.
@@ -573,7 +592,7 @@ class ConversationMemory(ConversationLogic):
         cid = check_cid(conversation_id)
         yield from self._locked(cid)
         state = yield from self._existing_plan(cid)
-        return export_snapshot(cid, state)
+        return export_snapshot(cid, state, self._budget_of(state))
 
     export_conversation = sync_method(_export_conversation)
     async_export_conversation = async_method(_export_conversation)

@@ -203,7 +203,7 @@ class ConversationLogic(SummaryLogic):
         )
         if (yield from self._coherent_plan(cid, create=False)) is not None:
             raise exists
-        state = yield from self._coherent_plan(cid, create=True)
+        state = yield from self._coherent_plan(cid, create=True, budget=snapshot.budget)
         assert state is not None
         state.summarized_turns = snapshot.summarized_turns
         head = state.head  # after a clear the log goes on from it

@@ -7,17 +7,26 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from memlane.conversation.budget import (
+    ConversationBudget,
+    budget_fields,
+    parse_budget,
+)
 from memlane.conversation.state import ConversationState
 from memlane.messages import default_messages, message_texts, messages_adapter
 from memlane.tokens import TokenEstimator
 from memlane.types import ConversationTurn, as_utc, utc_now
 
 
-def export_snapshot(conversation_id: str, state: ConversationState) -> dict[str, Any]:
-    """The snapshot :meth:`ConversationMemory.export_conversation` returns."""
+def export_snapshot(
+    conversation_id: str, state: ConversationState, budget: ConversationBudget
+) -> dict[str, Any]:
+    """The snapshot :meth:`ConversationMemory.export_conversation` returns; ``budget`` is
+    the conversation's."""
     adapter = messages_adapter()
     return {
         "conversation_id": conversation_id,
+        **budget_fields(budget),
         "turns": [
             {
                 "turn_id": t.turn_id,
@@ -46,6 +55,8 @@ class ParsedSnapshot:
     summary_created_at: datetime | None
     summarized_turns: int
     turns: list[tuple[ConversationTurn, bool]]
+    budget: ConversationBudget | None = None
+    """The budget the snapshot carries (``None``: exported before budgets were kept)."""
 
     def target_id(self, conversation_id: str | None) -> str:
         """The id to import under: the caller's, else the snapshot's, else a new one."""
@@ -79,6 +90,9 @@ def parse_snapshot(data: object, estimator: TokenEstimator) -> ParsedSnapshot:
     except ValueError as exc:
         raise ValueError(f"data['summary_created_at'] is invalid: {exc}") from exc
     source_id = data.get("conversation_id")
+    budget = None
+    if data.get("max_tokens") is not None:
+        budget = parse_budget(data, "data")
     turns = [
         _parse_turn(item, summarized + i, f"data['turns'][{i}]", estimator)
         for i, item in enumerate(turns_data)
@@ -89,6 +103,7 @@ def parse_snapshot(data: object, estimator: TokenEstimator) -> ParsedSnapshot:
         summary_created_at=summary_at,
         summarized_turns=summarized,
         turns=turns,
+        budget=budget,
     )
 
 

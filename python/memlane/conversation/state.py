@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from memlane import _backend
 from memlane._pure.budget import BudgetLedger
+from memlane.conversation.budget import BUDGET_KEY, ConversationBudget, budget_fields
 from memlane.errors import CorruptStoreError
 from memlane.messages import default_messages, freeze_messages, summary_message, unpack_messages
 from memlane.types import (
@@ -134,6 +135,7 @@ class ConversationState:
     """
 
     __slots__ = (
+        "budget",
         "entry_ids",
         "expires_at",
         "extracted_upto",
@@ -154,8 +156,11 @@ class ConversationState:
         "window_from",
     )
 
-    def __init__(self, ledger: BudgetLedger) -> None:
+    def __init__(self, ledger: BudgetLedger, budget: ConversationBudget | None = None) -> None:
         self.ledger = ledger
+        # The budget the conversation keeps in the store (None: stored before budgets were
+        # kept; the memory's own values apply).
+        self.budget = budget
         self.records: deque[Record] = deque()
         self.entry_ids: deque[str] = deque()
         self.window: deque[list[ModelMessage] | None] = deque()
@@ -385,6 +390,32 @@ def summary_entry(
         importance=1.0,
         version=0,
     )
+
+
+def budget_entry(budget: ConversationBudget, head: int) -> MemoryEntry:
+    """The entry keeping a conversation's budget in its namespace, for the life of the
+    conversation that begins at log position ``head`` (see :mod:`memlane.conversation.budget`)."""
+    return MemoryEntry.model_construct(
+        entry_id=uuid.uuid4().hex,
+        scope=MemoryScope.CONVERSATION,
+        key=BUDGET_KEY,
+        content={**budget_fields(budget), "head": head},
+        metadata={"kind": "budget"},
+        created_at=utc_now(),
+        expires_at=None,
+        importance=0.5,
+        version=0,
+    )
+
+
+def last_clear(entries: list[MemoryEntry]) -> int:
+    """The log position of the newest clear among ``entries`` (-1: none)."""
+    found = -1
+    for entry in entries:
+        key = entry.key
+        if key is not None and key.startswith(LOG_PREFIX) and entry.metadata.get("kind") == "clear":
+            found = max(found, log_seq(key))
+    return found
 
 
 def index_entry(

@@ -52,8 +52,10 @@ class SummaryLogic(ConversationLifecycle):
             return 0
         records = state.records
         count = 0
-        if state.ledger.total > self.summarize_threshold:
-            excess = state.ledger.total - self.summarize_threshold
+        # The conversation's own threshold, kept with it since it was created.
+        threshold = self._budget_of(state).summarize_threshold or self.summarize_threshold
+        if state.ledger.total > threshold:
+            excess = state.ledger.total - threshold
             freed = 0
             while freed < excess and count < len(records) - 1:
                 freed += records[count][3]
