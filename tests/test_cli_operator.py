@@ -432,6 +432,23 @@ class TestSmaller:
         assert not turn_lines[-1].endswith(")")
         assert not {"░", "█"} & set(out)
 
+    def test_sorting_and_dates(self, cli: Cli, capsys: pytest.CaptureFixture[str]) -> None:
+        keys = [f["key"] for f in cli.json("facts", "--sort", "key", "--desc")]
+        assert keys == sorted(keys, key=str.casefold, reverse=True)
+        assert [u["display_name"] for u in cli.json("users", "--sort", "display_name")] == [
+            "Ada",
+            "Bob",
+        ]
+        assert [c["turns"] for c in cli.json("conversations", "--sort", "turns")] == [1, 2]
+        # The episode ended on 2026-05-01: a date alone covers the whole day.
+        assert len(cli.json("episodes", "--since", "2026-05-01", "--until", "2026-05-01")) == 1
+        assert cli.json("episodes", "--until", "2026-04-30") == []
+        assert cli.json("procedures", "--since", "2999-01-01T00:00+02:00") == []
+        assert "--sort" in usage_error(capsys, "facts", "--sort", "nope", "--store", "memory://")
+        assert "not a date or time: 'May'" in usage_error(
+            capsys, "users", "--since", "May", "--store", "memory://"
+        )
+
     def test_piped_conversations_have_no_bars(self, cli: Cli) -> None:
         code, out, _ = cli("conversations")
         assert code == 0

@@ -8,11 +8,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from memlane.cli.output import CliError, Output, positive_int
+from memlane.cli.output import CliError, Output, add_sorting, positive_int, sorting
 from memlane.cli.store import open_manager
 from memlane.conversation.snapshot import parse_snapshot
 from memlane.errors import NotFoundError
-from memlane.records import Records, plural
+from memlane.records import SORTS, TIMESTAMPS, Records, plural
 from memlane.tokens import TokenEstimator
 
 __all__ = ["register"]
@@ -32,7 +32,7 @@ def _budget(out: Output, used: float, budget: int, width: int = 10) -> str:
 def list_conversations(args: argparse.Namespace, out: Output) -> int:
     """Lists conversations with turns, tokens, budget use and last activity."""
     with open_manager(args, read_only=True) as manager:
-        page = Records(manager).conversations(limit=args.limit)
+        page = Records(manager).conversations(limit=args.limit, **sorting(args))
     rows = [
         (
             c["id"],
@@ -197,6 +197,11 @@ def register(
         description="List every conversation with its turns, tokens, budget use and last activity.",
     )
     listing.add_argument("--limit", type=positive_int, default=None, help="show at most this many")
+    add_sorting(
+        listing,
+        SORTS["conversations"],
+        f"only conversations whose {TIMESTAMPS['conversations']} is",
+    )
     listing.set_defaults(func=list_conversations)
 
     shown = sub.add_parser(

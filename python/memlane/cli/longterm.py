@@ -12,9 +12,9 @@ import getpass
 import json
 from typing import Any
 
-from memlane.cli.output import CliError, Output, fraction, positive_int
+from memlane.cli.output import CliError, Output, add_sorting, fraction, positive_int, sorting
 from memlane.cli.store import open_manager
-from memlane.records import Records
+from memlane.records import SORTS, TIMESTAMPS, Records
 
 __all__ = ["actor", "parse_value", "register"]
 
@@ -40,7 +40,9 @@ def parse_value(text: str) -> Any:
     return value
 
 
-def _paging(parser: argparse.ArgumentParser) -> None:
+def _paging(parser: argparse.ArgumentParser, kind: str | None = None) -> None:
+    if kind is not None:
+        add_sorting(parser, SORTS[kind], f"only {kind} whose {TIMESTAMPS[kind]} is")
     parser.add_argument("--limit", type=positive_int, default=None, help="show at most this many")
     parser.add_argument("--filter", dest="q", metavar="TEXT", help="only records containing TEXT")
 
@@ -74,7 +76,12 @@ def facts(args: argparse.Namespace, out: Output) -> int:
         if scope == "user" and scope_id is not None:
             scope_id = _one_user(records, scope_id)
         page = records.facts(
-            scope=scope, scope_id=scope_id, fact_type=args.type, q=args.q, limit=args.limit
+            scope=scope,
+            scope_id=scope_id,
+            fact_type=args.type,
+            q=args.q,
+            limit=args.limit,
+            **sorting(args),
         )
     rows = [
         (
@@ -141,7 +148,12 @@ def episodes(args: argparse.Namespace, out: Output) -> int:
         records = Records(manager)
         user = None if args.user is None else _one_user(records, args.user)
         page = records.episodes(
-            agent_id=args.agent, user_id=user, success=success, q=args.q, limit=args.limit
+            agent_id=args.agent,
+            user_id=user,
+            success=success,
+            q=args.q,
+            limit=args.limit,
+            **sorting(args),
         )
     rows = [
         (
@@ -167,7 +179,9 @@ def episodes(args: argparse.Namespace, out: Output) -> int:
 def procedures(args: argparse.Namespace, out: Output) -> int:
     """Lists procedures and their track record."""
     with open_manager(args, read_only=True) as manager:
-        page = Records(manager).procedures(procedure_type=args.type, q=args.q, limit=args.limit)
+        page = Records(manager).procedures(
+            procedure_type=args.type, q=args.q, limit=args.limit, **sorting(args)
+        )
     rows = [
         (p["id"], p["name"], p["procedure_type"], p["times_used"], p["success_rate"])
         for p in page["items"]
@@ -181,7 +195,7 @@ def users(args: argparse.Namespace, out: Output) -> int:
     if args.words:
         return _rename_user(args, out)
     with open_manager(args, read_only=True) as manager:
-        page = Records(manager).users(q=args.q, limit=args.limit)
+        page = Records(manager).users(q=args.q, limit=args.limit, **sorting(args))
     rows = [
         (
             u["id"],
@@ -310,7 +324,7 @@ def register(
     parser.add_argument("--session", metavar="SESSION_ID", help="this session's facts")
     parser.add_argument("--type", help="only this fact type, e.g. user_preference")
     parser.add_argument("--confidence", type=fraction, help="facts set: 0 to 1 (default 0.8)")
-    _paging(parser)
+    _paging(parser, "facts")
     parser.set_defaults(func=facts)
 
     parser = sub.add_parser(
@@ -322,7 +336,7 @@ def register(
     parser.add_argument("--user", metavar="USER", help="an id, channel:id or display name")
     parser.add_argument("--agent", metavar="AGENT_ID")
     parser.add_argument("--outcome", choices=["success", "failure"])
-    _paging(parser)
+    _paging(parser, "episodes")
     parser.set_defaults(func=episodes)
 
     parser = sub.add_parser(
@@ -332,7 +346,7 @@ def register(
         description="List learned procedures and their track record.",
     )
     parser.add_argument("--type", help="only this procedure type, e.g. prompt_template")
-    _paging(parser)
+    _paging(parser, "procedures")
     parser.set_defaults(func=procedures)
 
     parser = sub.add_parser(
@@ -345,7 +359,7 @@ def register(
         ),
     )
     _words(parser, "rename USER NAME", "rename USER (without them: list)")
-    _paging(parser)
+    _paging(parser, "users")
     parser.set_defaults(func=users)
 
     parser = sub.add_parser(

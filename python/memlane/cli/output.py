@@ -11,9 +11,20 @@ import json
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from datetime import UTC, date, datetime, time
 from typing import Any, TextIO
 
-__all__ = ["CliError", "Output", "confirm", "fraction", "positive_int"]
+__all__ = [
+    "CliError",
+    "Output",
+    "add_sorting",
+    "confirm",
+    "fraction",
+    "positive_int",
+    "since",
+    "sorting",
+    "until",
+]
 
 
 class CliError(Exception):
@@ -40,6 +51,50 @@ def fraction(text: str) -> float:
     if not 0.0 <= value <= 1.0:
         raise argparse.ArgumentTypeError(f"must be between 0 and 1, got {text}")
     return value
+
+
+def _moment(text: str, *, end_of_day: bool) -> datetime:
+    try:
+        if len(text) == 10:  # a date alone: since its start, until its end
+            day = date.fromisoformat(text)
+            moment = datetime.combine(day, time.max if end_of_day else time.min)
+        else:
+            moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"not a date or time: {text!r} (e.g. 2026-05-01 or 2026-05-01T09:30)"
+        ) from None
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+def since(text: str) -> datetime:
+    """An ``argparse`` type: an ISO date (from its start) or time; UTC unless it says."""
+    return _moment(text, end_of_day=False)
+
+
+def until(text: str) -> datetime:
+    """An ``argparse`` type: an ISO date (to its end) or time; UTC unless it says."""
+    return _moment(text, end_of_day=True)
+
+
+def add_sorting(parser: argparse.ArgumentParser, fields: Sequence[str], dated: str) -> None:
+    """``--sort FIELD``, ``--desc``, ``--since`` and ``--until`` on a listing."""
+    parser.add_argument(
+        "--sort", choices=fields, metavar="FIELD", help=f"one of {', '.join(fields)}"
+    )
+    parser.add_argument("--desc", action="store_true", help="sort from the highest value")
+    parser.add_argument("--since", type=since, metavar="DATE", help=f"{dated} at or after DATE")
+    parser.add_argument("--until", type=until, metavar="DATE", help=f"{dated} at or before DATE")
+
+
+def sorting(args: argparse.Namespace) -> dict[str, Any]:
+    """The listing arguments ``add_sorting`` parsed, as ``Records`` takes them."""
+    return {
+        "sort": args.sort,
+        "descending": args.desc,
+        "since": args.since,
+        "until": args.until,
+    }
 
 
 def confirm(question: str, *, refusal: str, listing: Callable[[], None] | None = None) -> bool:
