@@ -462,3 +462,58 @@ def test_layout_wide_narrow_light_dark(
         _screenshot(page, f"{width}-{scheme}")
     finally:
         context.close()
+
+
+def test_conversation_view_and_forgetting_a_user(browser: Browser, tmp_path: Path) -> None:
+    """A conversation link opens its chat with its own budget and every turn, the summarised
+    ones dimmed; a user is forgotten from the Users tab after the list of what goes."""
+    path = tmp_path / "chat.sqlite3"
+    store = SQLiteStore(str(path))
+    manager = MemoryManager(
+        store=store,
+        long_term=True,
+        max_conversation_tokens=400,
+        summarize_threshold=200,
+        summarizer=lambda turns: f"They planned {len(turns)} trips.",
+    )
+    filled = fill(manager)
+    cid = manager.new_conversation()
+    for n in range(30):
+        manager.add_turn(cid, f"question {n} about trains, buses and ferries", f"answer {n}")
+    kept = len(manager.conversation.get_turns(cid))
+    store.close()
+    with Served(
+        "--store", f"sqlite:///{path}", "--token", TOKEN, log=tmp_path / "serve.log"
+    ) as served:
+        context = browser.new_context(viewport={"width": 1280, "height": 900})
+        page = context.new_page()
+        page.on("dialog", lambda dialog: dialog.accept())
+        try:
+            page.goto(served.page_url)
+            page.goto(f"{served.base}/memories#conversations/{cid}")
+            chat = page.locator("#chat")
+            expect(chat).to_be_visible()
+            expect(chat.locator("#budget")).to_contain_text("/ 400 tokens")
+            expect(chat.locator("#budget")).to_contain_text("summarised past 200")
+            expect(chat.locator(".summary")).to_contain_text("They planned")
+            expect(chat.locator(".turn")).to_have_count(30)
+            dimmed = chat.locator(".turn.summarised")
+            expect(dimmed).to_have_count(30 - kept)
+            assert dimmed.first.evaluate("e => getComputedStyle(e).opacity") == "0.5"
+            expect(dimmed.first.locator(".tokens")).to_contain_text("summarised")
+            expect(chat.locator(".turn").last.locator(".tokens")).to_contain_text("sent now")
+            _screenshot(page, "conversation-view")
+
+            _open_tab(page, "users", 2)
+            page.locator(f'#rows tr[data-id="{filled.user_id}"] button.forget').click()
+            detail = page.locator("#detail")
+            expect(detail).to_contain_text("2 facts")
+            expect(detail).to_contain_text("1 episodes")
+            assert _api(served, "facts/")["total"] == 6  # listing deletes nothing
+            detail.locator("button.danger").click()
+            expect(page.locator("#status")).to_contain_text("forgot 1 user record(s), 2 facts")
+            expect(page.locator("#rows tr[data-id]")).to_have_count(1)
+            assert _api(served, "facts/")["total"] == 4
+            assert _api(served, "episodes/")["total"] == 0
+        finally:
+            context.close()
