@@ -9,8 +9,13 @@ Every store has the same methods: ``save``, ``save_many``, ``load``, ``load_by_k
 ``delete``, ``clear``, ``namespaces``, ``cleanup_expired``, ``initialize`` and ``close``, each
 with an ``async_`` twin, and works as ``with store:`` and ``async with store:``. Each also
 implements :class:`ConditionalStore`: ``save_if`` (an atomic compare-and-swap on a key's
-version) and ``load_range`` (keyed entries in a key range, by index), which hosts sharing a
-store rely on; a custom store without them still serves one process. Each is also a
+version), ``load_range`` (keyed entries in a key range, by index) and ``delete_many`` (several
+entries at once, in one transaction on SQLite and PostgreSQL), which hosts sharing a store
+and operator tools rely on; a custom store without them still serves one process.
+
+Every store opens read-only with ``read_only=True``: it creates and migrates nothing, every
+write raises :class:`~memlane.errors.ReadOnlyStoreError`, and a place that is not a memlane
+store raises :class:`~memlane.errors.NotAStoreError` naming it. Each is also a
 :class:`SearchableStore`: ``search`` ranks the entries carrying a ``search_text`` by a
 query's words, from the store's own full-text index.
 """
