@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -183,3 +185,44 @@ class TestTwinsAgree:
                 errors.append((type(info.value), str(info.value)))
             assert errors[0] == errors[1]
             assert errors[0][1].startswith(pure.NOT_A_STORE)
+
+
+KILLED_MIDWAY = """
+import sys
+from memlane import SQLiteStore
+store = SQLiteStore(sys.argv[1])
+ids = [e.entry_id for e in store.load("ns")]
+print("deleting", flush=True)
+store.delete_many("ns", ids)
+print("done", flush=True)
+"""
+
+
+def test_a_process_killed_midway_deletes_nothing(tmp_path: Path) -> None:
+    """SIGKILL during a batch leaves every entry (the transaction never committed): the
+    issue's 1,086 of 3,000 cannot happen."""
+    path = tmp_path / "memory.sqlite3"
+    with SQLiteStore(path) as store:
+        store.save_many("ns", [MemoryEntry(content=i) for i in range(300)])
+    con = sqlite3.connect(path)
+    # Each deletion does some work, so the batch is still running when the kill comes.
+    con.execute(
+        "CREATE TRIGGER slow BEFORE DELETE ON memory_entries BEGIN "
+        "SELECT count(*) FROM (WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n "
+        "WHERE i < 200000) SELECT i FROM n); END"
+    )
+    con.commit()
+    con.close()
+    child = subprocess.Popen(
+        [sys.executable, "-c", KILLED_MIDWAY, str(path)], stdout=subprocess.PIPE, text=True
+    )
+    assert child.stdout is not None
+    assert child.stdout.readline().strip() == "deleting"
+    child.kill()
+    child.wait()
+    rest = child.stdout.read()
+    child.stdout.close()
+    with SQLiteStore(path) as store:
+        left = len(store.load("ns"))
+    # All or nothing: 300 left if the kill came before the commit, 0 if after.
+    assert left == (0 if "done" in rest else 300)
