@@ -1306,6 +1306,20 @@ class TestDriverErrorsAreStoreErrors:
         finally:
             await made.cleanup()
 
+    async def test_mongodb(self, request: pytest.FixtureRequest) -> None:
+        made = StoreFactory("mongodb", server_for(request, "mongodb"))
+        try:
+            store = await initialized(made.make())
+            huge = entry(content="x" * (17 * 1024 * 1024))  # beyond any BSON document
+            with pytest.raises(StoreError, match="DocumentTooLarge") as info:
+                await store.async_save("ns", huge)
+            assert store.address in str(info.value)
+            with pytest.raises(StoreError, match="DocumentTooLarge"):
+                await asyncio.to_thread(store.save, "ns", huge)
+            assert await store.async_load("ns") == []
+        finally:
+            await made.cleanup()
+
 
 class TestMongoDBUnreachableInOneLine:
     """An unreachable MongoDB gives up after the store's 3 s server selection, in one line
