@@ -8,6 +8,7 @@ import os
 import warnings
 from collections.abc import Iterator
 from types import ModuleType
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -23,6 +24,98 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 settings.load_profile("memlane")
+
+# ================================================================= the two passes of the suite
+# scripts/test.sh runs pytest twice: on the Rust path, then with MEMLANE_PURE_PYTHON=1. A test
+# that takes ``impl`` selects each implementation itself, so it checks the same thing whatever
+# the process chose; the Rust pass runs it on both, and the pure pass (given IMPL_TESTS_RAN)
+# leaves it out. Everything else runs in both passes, each time on the process's backend.
+
+IMPL_TESTS_RAN = "--impl-tests-ran"
+"""Option of the pure pass: the tests that take ``impl`` ran on both twins in the Rust pass."""
+
+ONE_WORKER_FILES = frozenset({"test_wheels.py", "test_server_browser.py"})
+"""Files whose session- or module-scoped fixture (wheels built, Chromium launched) is costly:
+under pytest-xdist each worker is a session of its own, so their tests share one worker."""
+
+_LEFT_OUT = pytest.StashKey[int]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """Adds :data:`IMPL_TESTS_RAN`."""
+    parser.addoption(
+        IMPL_TESTS_RAN,
+        action="store_true",
+        help=(
+            "with MEMLANE_PURE_PYTHON=1: leave out the tests that take the impl fixture, which "
+            "the Rust pass ran on both implementations (scripts/test.sh)"
+        ),
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Refuses :data:`IMPL_TESTS_RAN` where nothing else would have run the ``impl`` tests.
+
+    On the Rust path the option would drop them from the only pass that runs them; without
+    the extension, no Rust pass could have run their Rust half.
+    """
+    config.stash[_LEFT_OUT] = 0
+    if not config.getoption(IMPL_TESTS_RAN):
+        return
+    if _backend.BACKEND != "python":
+        raise pytest.UsageError(f"{IMPL_TESTS_RAN} is for the MEMLANE_PURE_PYTHON=1 pass only")
+    if rust_core() is None:
+        raise pytest.UsageError(
+            f"{IMPL_TESTS_RAN}: memlane._core cannot be imported, so no Rust pass ran the impl "
+            "tests; build it (pip install -e .) or drop the option"
+        )
+
+
+@pytest.hookimpl(trylast=True)  # after -k and -m: count only what the selection kept
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Leaves out the ``impl`` tests under :data:`IMPL_TESTS_RAN`; keeps :data:`ONE_WORKER_FILES`
+    on one worker (``--dist loadgroup``)."""
+    if config.getoption(IMPL_TESTS_RAN):
+        ran = [item for item in items if "impl" in getattr(item, "fixturenames", ())]
+        if ran:
+            config.hook.pytest_deselected(items=ran)
+            left_out = set(map(id, ran))
+            items[:] = [item for item in items if id(item) not in left_out]
+        config.stash[_LEFT_OUT] = len(ran)
+        workeroutput = getattr(config, "workeroutput", None)  # set on an xdist worker
+        if workeroutput is not None:
+            workeroutput["impl_tests_left_out"] = len(ran)
+    if config.pluginmanager.hasplugin("xdist"):
+        for item in items:
+            if item.path.name in ONE_WORKER_FILES:
+                item.add_marker(pytest.mark.xdist_group(item.path.name))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: object) -> None:
+    """On the xdist controller: what the workers left out (each collects the whole selection)."""
+    left_out = getattr(node, "workeroutput", {}).get("impl_tests_left_out", 0)
+    node.config.stash[_LEFT_OUT] = max(node.config.stash[_LEFT_OUT], left_out)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """A pure pass whose whole selection takes ``impl`` ran nothing by design, not by mistake.
+
+    The Rust pass ran those tests (and fails by itself if the selection is empty there).
+    """
+    left_out = session.config.stash[_LEFT_OUT]
+    if exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED and left_out:
+        session.exitstatus = pytest.ExitCode.OK
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Says how many tests the pure pass left to the Rust pass."""
+    if terminalreporter.config.getoption(IMPL_TESTS_RAN):
+        left_out = terminalreporter.config.stash[_LEFT_OUT]
+        terminalreporter.write_line(
+            f"{IMPL_TESTS_RAN}: {left_out} tests taking impl left out; the Rust pass ran them "
+            "on both implementations"
+        )
 
 
 SYNC_METHODS = [
