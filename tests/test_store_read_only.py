@@ -369,3 +369,37 @@ class TestServerStoresReadOnly:
         finally:
             await client["memlane"].drop_collection(name)
             await client.close()
+
+
+class TestConversationWritesRefusedEarly:
+    """On a read-only store, conversation writes are refused before the memory's cache
+    changes, on the in-memory store too (whose turns would otherwise live in the cache)."""
+
+    @pytest.mark.parametrize("kind", ["memory", "sqlite"])
+    async def test_every_write(self, tmp_path: Path, kind: str) -> None:
+        path = tmp_path / "memory.sqlite3"
+        cid = "c1"
+        if kind == "sqlite":
+            writer = ConversationMemory(store=SQLiteStore(path))
+            writer.add_turn(cid, "hi", "hello")
+            writer.store.close()
+        store: Any = InMemoryStore(read_only=True) if kind == "memory" else None
+        if store is None:
+            store = SQLiteStore(path, read_only=True)
+        memory = ConversationMemory(store=store)
+        before = memory.get_turns(cid)
+        snapshot = {"turns": [{"user_prompt": "a", "assistant_response": "b"}]}
+        for write in (
+            lambda: memory.add_turn(cid, "more", "text"),
+            lambda: memory.new_conversation(),
+            lambda: memory.clear(cid),
+            lambda: memory.clear_all(),
+            lambda: memory.import_conversation(snapshot, conversation_id="c2"),
+        ):
+            with pytest.raises(ReadOnlyStoreError):
+                write()
+        with pytest.raises(ReadOnlyStoreError):
+            await memory.async_add_turn(cid, "more", "text")
+        assert memory.get_turns(cid) == before
+        assert memory.get_turns("c2") == []
+        store.close()

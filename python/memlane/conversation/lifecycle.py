@@ -138,7 +138,13 @@ class ConversationLifecycle:
 
         A cached state is caught up with what other hosts committed; on a store that is not
         persisted the cache is the store.
+
+        Raises:
+            ReadOnlyStoreError: ``create`` on a store opened read-only (before the cache
+                changes).
         """
+        if create and self._read_only:
+            raise read_only_error(self.store)
         state = self._states.get(cid)
         if state is not None and state.expires_at is not None and state.expires_at <= time.time():
             state = yield from self._still_alive_plan(cid, state)
@@ -333,6 +339,8 @@ class ConversationLifecycle:
         reusing positions a cache still holds. The index entry goes first, so a turn added
         after the clear lists the conversation again.
         """
+        if self._read_only:
+            raise read_only_error(self.store)
         if not self._persistent:
             self._states.pop(cid, None)
             if self.retain_transcript:

@@ -46,6 +46,7 @@ from memlane.conversation.plan import (
 )
 from memlane.conversation.snapshot import export_snapshot, parse_snapshot
 from memlane.conversation.state import ConversationState, namespace
+from memlane.stores._base import read_only_error
 from memlane.stores.memory import InMemoryStore
 from memlane.stores.protocol import MemoryStore, dumps_json
 from memlane.tokens import TokenEstimator
@@ -441,6 +442,8 @@ class ConversationMemory(ConversationLogic):
             self._check_metadata(metadata),
             self._count(prompt, response, messages),
         )
+        if self._read_only:
+            raise read_only_error(self.store)
         if (
             not self._persistent
             and self.summarizer is None
@@ -563,6 +566,8 @@ class ConversationMemory(ConversationLogic):
 
     def _clear_all(self) -> Plan[None]:
         """Forgets every conversation."""
+        if self._read_only:
+            raise read_only_error(self.store)
         for cid in (yield from self._ids_plan()):
             # One conversation's lock at a time: holding them all could deadlock with a
             # caller that holds one of them.
