@@ -17,7 +17,8 @@ in this process, on the same two cores as the server, so the figures are a floor
 
 Run on another checkout (the code before a change) with
 ``python -m benches.bench_server --tree /tmp/old``: the store is then filled and served by
-that tree's ``memlane``.
+that tree's ``memlane``. ``--postgres URL`` (or ``--postgres start``, a throwaway server from
+``tests/db_servers.py``) serves a PostgreSQL store instead, where reads wait on the network.
 """
 
 from __future__ import annotations
@@ -51,11 +52,17 @@ import json, random, sys
 from datetime import UTC, datetime, timedelta
 from memlane import MemoryManager, SQLiteStore, WorkingMemory
 
-path, seed = sys.argv[1], int(sys.argv[2])
+where, seed = sys.argv[1], int(sys.argv[2])
 rng = random.Random(seed)
 words = ("lisbon weather train budget hotel museum coffee vegetarian meeting deadline invoice "
          "report flight porto sintra beach dinner tickets timezone language").split()
-store = SQLiteStore(path)
+if where.startswith("postgres"):
+    from memlane.stores import PostgreSQLStore
+    url, schema = where.rsplit("#", 1)
+    store = PostgreSQLStore(url, schema_name=schema)
+    store.initialize()
+else:
+    store = SQLiteStore(where)
 manager = MemoryManager(store=store, long_term=True)
 lt = manager.long_term
 users = [lt.identify_user("telegram", str(1000 + n), display_name=f"user {n}") for n in range(60)]
@@ -112,9 +119,9 @@ def _env(tree: Path, pure: bool) -> dict[str, str]:
     return env
 
 
-def _fill(tree: Path, path: Path, env: dict[str, str], seed: int) -> dict[str, Any]:
+def _fill(where: str, env: dict[str, str], seed: int) -> dict[str, Any]:
     done = subprocess.run(
-        [sys.executable, "-c", FILL, str(path), str(seed)],
+        [sys.executable, "-c", FILL, where, str(seed)],
         env=env,
         capture_output=True,
         text=True,
@@ -125,11 +132,11 @@ def _fill(tree: Path, path: Path, env: dict[str, str], seed: int) -> dict[str, A
     return filled
 
 
-def _serve(path: Path, env: dict[str, str], port: int, log: Path) -> subprocess.Popen[bytes]:
+def _serve(store: str, env: dict[str, str], port: int, log: Path) -> subprocess.Popen[bytes]:
     with log.open("wb") as out:
         process = subprocess.Popen(
             [
-                *(sys.executable, "-m", "memlane", "serve", "--store", f"sqlite:///{path}"),
+                *(sys.executable, "-m", "memlane", "serve", "--store", store),
                 *("--token", TOKEN, "--port", str(port), "--log-level", "warning"),
             ],
             env=env,
@@ -202,19 +209,35 @@ async def _drive(base: str, requests: list[tuple[str, str]]) -> dict[str, Any]:
     }
 
 
-def measure(tree: Path, *, pure: bool, count: int, seed: int) -> dict[str, Any]:
+def measure(
+    tree: Path, *, pure: bool, count: int, seed: int, postgres: str | None = None
+) -> dict[str, Any]:
     """Fills a store with ``tree``'s code, serves it with ``tree``'s ``memlane serve`` and
     drives ``count`` requests from :data:`CLIENTS` clients.
+
+    Args:
+        tree: The checkout whose ``python/`` is served.
+        pure: Run the pure-Python twin.
+        count: Requests in all.
+        seed: Chooses the store's content and the requests.
+        postgres: A PostgreSQL URL: the store is a fresh schema there instead of a SQLite
+            file.
 
     Returns:
         ``requests``, ``seconds``, ``rps``, ``p50``, ``p99`` (seconds) and ``failures``.
     """
     env = _env(tree, pure)
     with tempfile.TemporaryDirectory(prefix="memlane-bench-server-") as place:
-        path = Path(place) / "store.sqlite3"
-        filled = _fill(tree, path, env, seed)
+        if postgres is None:
+            path = Path(place) / "store.sqlite3"
+            where, store = str(path), f"sqlite:///{path}"
+        else:
+            schema = f"bench_server_{os.getpid()}_{time.monotonic_ns()}"
+            env["MEMLANE_POSTGRES_SCHEMA"] = schema
+            where, store = f"{postgres}#{schema}", postgres
+        filled = _fill(where, env, seed)
         port = _free_port()
-        process = _serve(path, env, port, Path(place) / "serve.log")
+        process = _serve(store, env, port, Path(place) / "serve.log")
         try:
             requests = _requests(filled, count, seed)
             return asyncio.run(_drive(f"http://127.0.0.1:{port}/api/v1/", requests))
@@ -265,6 +288,21 @@ def run(cfg: Config, log: Callable[[str], None]) -> WorkloadResult:
     return result
 
 
+def _postgres(given: str, workdir: Path) -> tuple[str, Any]:
+    """The URL to use and the server to stop: ``start`` runs tests/db_servers.py's."""
+    if given != "start":
+        return given, None
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("_db_servers", REPO / "tests" / "db_servers.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    server = module.start_postgres(workdir)
+    return str(server.url), server
+
+
 def main(argv: list[str] | None = None) -> int:
     """Runs the load test on one checkout and prints its figures as JSON."""
     parser = argparse.ArgumentParser(prog="python -m benches.bench_server", description=__doc__)
@@ -272,8 +310,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--requests", type=int, default=2000)
     parser.add_argument("--pure", action="store_true", help="the pure-Python twin")
     parser.add_argument("--seed", type=int, default=Config.seed)
+    parser.add_argument(
+        "--postgres",
+        metavar="URL",
+        help="serve a PostgreSQL store at URL instead of SQLite ('start': start a throwaway one)",
+    )
     args = parser.parse_args(argv)
-    data = measure(args.tree.resolve(), pure=args.pure, count=args.requests, seed=args.seed)
+    with tempfile.TemporaryDirectory(prefix="memlane-bench-pg-") as workdir:
+        url, server = (
+            (None, None) if args.postgres is None else _postgres(args.postgres, Path(workdir))
+        )
+        try:
+            data = measure(
+                args.tree.resolve(),
+                pure=args.pure,
+                count=args.requests,
+                seed=args.seed,
+                postgres=url,
+            )
+        finally:
+            if server is not None:
+                server.stop()
     print(json.dumps(data, indent=1))
     return 0
 
