@@ -1,17 +1,78 @@
-"""``memlane serve`` in a subprocess on a free loopback port, for tests that need a real server."""
+"""``memlane serve`` in a subprocess on a free loopback port, and Debian's Chromium to open it.
+
+Chromium comes from Debian's packages (``scripts/install_browser.sh``, run by the test
+command); Playwright drives it through ``executable_path``, since Playwright's own browser
+download cannot work here. A missing Chromium fails the test: it is never skipped.
+Screenshots go to ``target/test-artifacts/`` (or ``$MEMLANE_TEST_ARTIFACTS``).
+"""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
 
 import httpx
+import pytest
+from playwright.sync_api import Browser, Page, expect, sync_playwright
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",  # the tests run as root, where Chromium's sandbox cannot start
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    # Without these Chromium keeps trying to reach Google's services, flooding a closed network.
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+ARTIFACTS = Path(
+    os.environ.get(
+        "MEMLANE_TEST_ARTIFACTS",
+        Path(__file__).resolve().parent.parent / "target" / "test-artifacts",
+    )
+)
+
+
+@contextlib.contextmanager
+def chromium() -> Iterator[Browser]:
+    """Debian's Chromium, headless; its absence is a failure with the fix in the message."""
+    if not CHROMIUM.is_file():
+        pytest.fail(
+            f"{CHROMIUM} is missing: run scripts/install_browser.sh (apt-get install chromium)",
+            pytrace=False,
+        )
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(
+            executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS
+        )
+        try:
+            yield launched
+        finally:
+            launched.close()
+
+
+def open_tab(page: Page, name: str, rows: int) -> None:
+    """Clicks the tab ``name`` and waits until its ``rows`` records are shown."""
+    page.click(f"nav button[data-tab={name}]")
+    expect(page.locator(f"nav button[data-tab={name}]")).to_have_attribute("aria-selected", "true")
+    expect(page.locator("#rows")).to_have_attribute("data-tab", name)
+    expect(page.locator("#rows tr[data-id]")).to_have_count(rows)
+
+
+def screenshot(page: Page, name: str) -> None:
+    """Saves the whole page as ``memories-{name}.png`` in :data:`ARTIFACTS`."""
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / f"memories-{name}.png"), full_page=True)
 
 
 def free_port() -> int:
