@@ -337,7 +337,7 @@ def create_app(
         text = _asset(name)  # read once: the files ship with the package
 
         async def endpoint(request: Request) -> Response:
-            return Response(text, media_type=_STATIC[name], headers={"Cache-Control": "no-store"})
+            return Response(text, media_type=_STATIC[name])
 
         return endpoint
 

@@ -44,8 +44,9 @@ SECURITY_HEADERS = {
     "X-Frame-Options": "DENY",
     "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
 }
-"""Sent on every response of the application."""
+"""Sent on every response of the application; memories are never kept in a browser's cache."""
 
 PUBLIC_PATHS = frozenset({"/memories.js", "/memories.css"})
 """Served without the token: the page's own code, which holds no data."""
