@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import socket
 import threading
 from collections.abc import Iterator, Mapping
@@ -98,10 +99,13 @@ class TestHeaders:
         assert "<script>" not in page.text
         assert " style=" not in page.text
         assert " on" not in page.text.replace(" one", "")  # no inline event handler
-        script = client.get("/memories.js")
-        assert script.headers["content-type"].startswith("text/javascript")
-        assert "innerHTML" not in script.text
-        assert "insertAdjacentHTML" not in script.text
+        scripts = re.findall(r'<script src="(/[\w.-]+\.js)" defer></script>', page.text)
+        assert scripts == ["/memories-base.js", "/memories-views.js", "/memories.js"]
+        for path in scripts:
+            script = client.get(path)
+            assert script.headers["content-type"].startswith("text/javascript")
+            for parser in ("innerHTML", "outerHTML", "insertAdjacentHTML", "document.write"):
+                assert parser not in script.text, (path, parser)
         assert client.get("/memories.css").headers["content-type"].startswith("text/css")
 
     def test_an_unexpected_error_is_a_json_500_with_the_headers(

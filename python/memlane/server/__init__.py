@@ -2,11 +2,12 @@
 
 :func:`create_app` builds the Starlette application over a
 :class:`~memlane.MemoryManager`, so a host can mount it in its own ASGI app; the ``memlane
-serve`` command runs it with uvicorn, passing :func:`uvicorn_log_config` so no log line
-carries the token. :mod:`~memlane.server.app` holds the routes,
+serve`` command runs it with uvicorn (pass ``log_config=uvicorn_log_config()`` when running
+it yourself, so no log line carries the token). :mod:`~memlane.server.app` holds the routes,
 :mod:`~memlane.server.security` the headers, the token check and the log filter,
 :mod:`~memlane.server.inputs` the checks of what a request carries,
-:mod:`~memlane.server.openapi` the schema, and ``memories.html``/``.js``/``.css`` the page.
+:mod:`~memlane.server.openapi` the schema, and ``memories.html``, ``memories*.js`` and
+``memories.css`` the page.
 """
 
 from __future__ import annotations

@@ -66,6 +66,8 @@ NETWORK_READ_THREADS = 8
 _LOOPBACK_NAMES = ["127.0.0.1", "localhost", "::1", "[::1]"]
 _STATIC = {
     "memories.html": "text/html; charset=utf-8",
+    "memories-base.js": "text/javascript; charset=utf-8",
+    "memories-views.js": "text/javascript; charset=utf-8",
     "memories.js": "text/javascript; charset=utf-8",
     "memories.css": "text/css; charset=utf-8",
 }
@@ -349,8 +351,7 @@ def create_app(
     routes = [
         Route("/", root),
         Route("/memories", asset("memories.html")),
-        Route("/memories.js", asset("memories.js")),
-        Route("/memories.css", asset("memories.css")),
+        *(Route(f"/{name}", asset(name)) for name in _STATIC if name != "memories.html"),
         Route(f"{api}/openapi.json", schema),
         Route(f"{api}/totals/", totals),
         Route(f"{api}/facts/", listing("facts", _fact_filters)),

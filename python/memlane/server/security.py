@@ -48,7 +48,9 @@ SECURITY_HEADERS = {
 }
 """Sent on every response of the application; memories are never kept in a browser's cache."""
 
-PUBLIC_PATHS = frozenset({"/memories.js", "/memories.css"})
+PUBLIC_PATHS = frozenset(
+    {"/memories-base.js", "/memories-views.js", "/memories.js", "/memories.css"}
+)
 """Served without the token: the page's own code, which holds no data."""
 
 _SIGN_IN = (
