@@ -443,7 +443,9 @@ class SqliteTable:
             target, isolation_level=None, check_same_thread=False, timeout=30, uri=read_only
         )
         try:
-            _check_memlane(conn, read_only)
+            # Another process may be switching a new file to WAL, whose lock the busy
+            # handler does not wait for: retried as the PRAGMAs are.
+            _with_lock_retry(lambda: _check_memlane(conn, read_only))
         except BaseException:
             conn.close()
             raise

@@ -517,7 +517,17 @@ impl SqliteTable {
         let conn = Connection::open_with_flags(path, flags)?;
         // The twin connects with timeout=30 before running its PRAGMAs.
         conn.busy_timeout(Duration::from_secs(30))?;
-        check_memlane(&conn, read_only)?;
+        // Another process may be switching a new file to WAL, whose lock the busy handler
+        // does not wait for: retried as the PRAGMAs are.
+        let mut checked = Ok(());
+        with_lock_retry(|| match check_memlane(&conn, read_only) {
+            Err(Error::Sqlite(e)) => Err(e),
+            other => {
+                checked = other;
+                Ok(())
+            }
+        })?;
+        checked?;
         if read_only {
             return Ok(Self { conn });
         }
