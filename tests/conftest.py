@@ -35,8 +35,9 @@ IMPL_TESTS_RAN = "--impl-tests-ran"
 """Option of the pure pass: the tests that take ``impl`` ran on both twins in the Rust pass."""
 
 ONE_WORKER_FILES = frozenset({"test_wheels.py", "test_server_browser.py"})
-"""Files whose session- or module-scoped fixture (wheels built, Chromium launched) is costly:
-under pytest-xdist each worker is a session of its own, so their tests share one worker."""
+"""Files whose session- or module-scoped fixture is costly (wheels built with cargo in the one
+target dir, Chromium launched): under pytest-xdist each worker is a session of its own, so
+each of these files runs whole on one worker."""
 
 _LEFT_OUT = pytest.StashKey[int]()
 
@@ -71,10 +72,31 @@ def pytest_configure(config: pytest.Config) -> None:
         )
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Under ``-n`` (``--dist load``): each test is its own unit, but each of
+    :data:`ONE_WORKER_FILES` is one unit, run whole by one worker.
+
+    A scheduler of our own rather than ``xdist_group`` marks with ``--dist loadgroup``:
+    xdist 3.8 groups by rewriting node ids, which pytest 9.2 ignores (pytest-xdist#1386), so
+    the groups are silently lost.
+    """
+    if config.getoption("dist") != "load":
+        return None  # an explicit --dist keeps its own meaning
+    from xdist.scheduler import LoadScopeScheduling  # type: ignore[import-untyped]  # no py.typed
+
+    def unit(nodeid: str) -> str:
+        path = nodeid.split("::", 1)[0]
+        return path if path.rsplit("/", 1)[-1] in ONE_WORKER_FILES else nodeid
+
+    scheduler = LoadScopeScheduling(config, log)
+    scheduler._split_scope = unit  # the one hook of loadscope; --dist loadfile overrides it too
+    return scheduler
+
+
 @pytest.hookimpl(trylast=True)  # after -k and -m: count only what the selection kept
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Leaves out the ``impl`` tests under :data:`IMPL_TESTS_RAN`; keeps :data:`ONE_WORKER_FILES`
-    on one worker (``--dist loadgroup``)."""
+    """Leaves out the ``impl`` tests under :data:`IMPL_TESTS_RAN`."""
     if config.getoption(IMPL_TESTS_RAN):
         ran = [item for item in items if "impl" in getattr(item, "fixturenames", ())]
         if ran:
@@ -85,10 +107,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         workeroutput = getattr(config, "workeroutput", None)  # set on an xdist worker
         if workeroutput is not None:
             workeroutput["impl_tests_left_out"] = len(ran)
-    if config.pluginmanager.hasplugin("xdist"):
-        for item in items:
-            if item.path.name in ONE_WORKER_FILES:
-                item.add_marker(pytest.mark.xdist_group(item.path.name))
 
 
 @pytest.hookimpl(optionalhook=True)
