@@ -17,6 +17,7 @@ from memlane.longterm.procedures import PROCEDURES_NAMESPACE
 from memlane.manager import MemoryManager
 from memlane.records import changes, people
 from memlane.records.conversations import conversation_row, conversation_view, turn_count
+from memlane.records.factrows import FactRows
 from memlane.records.finding import is_fact_namespace, search_everywhere
 from memlane.records.ids import WORKING_PREFIX, Page, fact_id
 from memlane.records.listing import entry_size, episode_row, page, to_json, working_row
@@ -41,7 +42,7 @@ class Records:
     # ------------------------------------------------------------------ listing
 
     def _names(self) -> dict[str, str | None]:
-        return people.display_names(people.all_users(self.manager.store))
+        return people.names_held(self.manager.store)
 
     def facts(
         self,
@@ -76,19 +77,11 @@ class Records:
         """
         if scope_id is not None and scope is None:
             raise ValueError("scope_id needs a scope (session, user or agent)")
-        found = self.long_term.facts(scope=scope, scope_id=scope_id)
-        names = self._names() if any(f.scope.value == "user" for f in found) else {}
-        items = []
-        for fact in found:
-            if fact_type is not None and fact.fact_type.value != fact_type:
-                continue
-            row = {"id": fact_id(fact), **to_json(fact)}
-            if fact.scope.value == "user" and fact.scope_id is not None:
-                row["scope_name"] = names.get(fact.scope_id)
-            items.append(row)
+        facts = FactRows(self.manager.store, self._names)
         return page(
-            "facts", items, q=q, offset=offset, limit=limit, sort=sort,
-            descending=descending, since=since, until=until,
+            "facts", facts.rows(scope=scope, scope_id=scope_id, fact_type=fact_type), q=q,
+            offset=offset, limit=limit, sort=sort, descending=descending, since=since,
+            until=until, show=facts.shown,
         )  # fmt: skip
 
     def episodes(
@@ -254,7 +247,13 @@ class Records:
             )  # fmt: skip
         else:
             hits = search_everywhere(self.manager.store, query, memory_type, limit)
-        names = self._names()
+        # Users' names are read only when a hit shows a user.
+        shows_user = any(
+            (isinstance(hit, Fact) and hit.scope.value == "user")
+            or (isinstance(hit, Episode) and hit.user_id is not None)
+            for hit in hits
+        )
+        names = self._names() if shows_user else {}
         found: list[dict[str, Any]] = []
         for hit in hits:
             if isinstance(hit, Fact):

@@ -16,7 +16,7 @@ from memlane._validate import check_positive_int, check_str
 from memlane.longterm import Episode, Fact, Procedure
 from memlane.longterm.episodes import EPISODES_NAMESPACE
 from memlane.longterm.facts import MEMORY_TYPES
-from memlane.longterm.model import parse_namespace
+from memlane.longterm.model import namespace
 from memlane.longterm.procedures import PROCEDURES_NAMESPACE
 
 # The one way long-term memory searches a store, with its fallback for stores without an
@@ -27,12 +27,14 @@ from memlane.stores.protocol import SearchHit, search_terms
 
 __all__ = ["is_fact_namespace", "search_everywhere"]
 
-_FACTS_PREFIX = ("longterm", "facts")
+_FACTS = namespace("longterm", "facts")
 
 
 def is_fact_namespace(name: str) -> bool:
     """Whether ``name`` holds long-term facts (of any scope)."""
-    return tuple(parse_namespace(name)[:2]) == _FACTS_PREFIX
+    # namespace() escapes ":" inside a part, so the first two parts are "longterm" and
+    # "facts" exactly when the name starts so: no parsing of every namespace per search.
+    return name == _FACTS or name.startswith(_FACTS + ":")
 
 
 def search_everywhere(
@@ -59,12 +61,14 @@ def search_everywhere(
         places.append(([PROCEDURES_NAMESPACE], Procedure.model_validate))
     if memory_type in ("episodes", "all"):
         places.append(([EPISODES_NAMESPACE], Episode.model_validate))
-    ranked: list[tuple[float, int, Fact | Episode | Procedure]] = []
+    ranked: list[tuple[float, int, SearchHit, Callable[[Any], Fact | Episode | Procedure]]] = []
     for names, load in places:
-        for hit in _hits(store, names, query, limit):
-            ranked.append((hit.score, len(ranked), load(hit.entry.content)))
+        ranked.extend(
+            (hit.score, len(ranked), hit, load) for hit in _hits(store, names, query, limit)
+        )
     ranked.sort(key=lambda r: (-r[0], r[1]))
-    return [record for _, _, record in ranked[:limit]]
+    # Only the hits kept are validated: each kind brought up to ``limit`` of its own.
+    return [load(hit.entry.content) for _, _, hit, load in ranked[:limit]]
 
 
 def _hits(store: MemoryStore, names: list[str], query: str, limit: int) -> list[SearchHit]:

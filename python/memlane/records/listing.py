@@ -8,6 +8,7 @@ refuse the same values with the same messages.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -74,8 +75,13 @@ def iso(value: datetime | None) -> str | None:
     return None if value is None else value.isoformat()
 
 
+# One encoder for every row: json.dumps with an argument builds a new one per call, which was
+# a third of a ``q`` filter's cost over a thousand rows.
+_JSON = json.JSONEncoder(ensure_ascii=False)
+
+
 def _text(record: dict[str, Any]) -> str:
-    return json.dumps(record, ensure_ascii=False).casefold()
+    return _JSON.encode(record).casefold()
 
 
 def _check_bound(value: object, name: str) -> datetime | None:
@@ -112,6 +118,7 @@ def page(
     descending: bool = False,
     since: datetime | None = None,
     until: datetime | None = None,
+    show: Callable[[list[dict[str, Any]]], list[dict[str, Any]]] | None = None,
 ) -> dict[str, Any]:
     """One page of ``items``: those containing ``q`` and dated within [since, until], sorted.
 
@@ -125,6 +132,8 @@ def page(
         descending: Sort from the highest value.
         since: Only rows whose :data:`TIMESTAMPS` field is at or after this.
         until: Only rows whose :data:`TIMESTAMPS` field is at or before this.
+        show: Turns the rows of the page into what is returned (e.g. validates them), so
+            rows built cheaply can be filtered and counted and only the page pays more.
 
     Returns:
         ``{"items", "total", "offset", "limit"}``; ``total`` counts every match.
@@ -154,8 +163,9 @@ def page(
         present.sort(key=lambda item: _sort_key(item.get(sort)), reverse=descending)
         items = present + missing
     end = None if checked_limit is None else checked_offset + checked_limit
+    shown = items[checked_offset:end]
     return {
-        "items": items[checked_offset:end],
+        "items": shown if show is None else show(shown),
         "total": len(items),
         "offset": checked_offset,
         "limit": checked_limit,

@@ -15,7 +15,14 @@ from memlane.longterm import MemoryUser
 from memlane.longterm.users import IDENTIFIERS_NAMESPACE, USERS_NAMESPACE
 from memlane.stores import MemoryStore
 
-__all__ = ["AmbiguousUserError", "all_users", "display_names", "follow", "resolve", "resolve_one"]
+__all__ = [
+    "AmbiguousUserError",
+    "all_users",
+    "follow",
+    "names_held",
+    "resolve",
+    "resolve_one",
+]
 
 _MAX_MERGE_CHAIN = 64
 
@@ -40,13 +47,33 @@ def all_users(store: MemoryStore) -> list[MemoryUser]:
     return sorted(users, key=lambda u: u.created_at)
 
 
-def display_names(users: list[MemoryUser]) -> dict[str, str | None]:
-    """User id → the display name to show; a merged id shows its survivor's name."""
-    by_id = {u.id: u for u in users}
+def names_held(store: MemoryStore) -> dict[str, str | None]:
+    """User id → the display name to show (a merged id shows its survivor's name).
+
+    Every listing row that shows a user needs this map, so the users are not validated
+    (as :func:`all_users` does for a listing of users): only ``id``, ``display_name`` and
+    ``merged_into_id`` are read, and a user entry without a string ``id`` is left out.
+
+    Raises:
+        CorruptStoreError: A merge chain longer than allowed (a cycle).
+    """
+    held: dict[str, dict[str, Any]] = {}
+    for entry in store.load(USERS_NAMESPACE):
+        content = entry.content
+        if isinstance(content, dict) and isinstance(content.get("id"), str):
+            held[content["id"]] = content
     names: dict[str, str | None] = {}
-    for user in users:
-        live = _follow_in(by_id, user)
-        names[user.id] = live.display_name or user.display_name
+    for user_id, content in held.items():
+        live = content
+        for _ in range(_MAX_MERGE_CHAIN):
+            into = live.get("merged_into_id")
+            if not isinstance(into, str) or into not in held:
+                break
+            live = held[into]
+        else:
+            raise CorruptStoreError(f"user {user_id!r} is merged in a chain longer than allowed")
+        name = live.get("display_name") or content.get("display_name")
+        names[user_id] = name if isinstance(name, str) else None
     return names
 
 
