@@ -1,18 +1,30 @@
 #!/usr/bin/env bash
 # Every linter memlane uses, the same ones .pre-commit-config.yaml runs; any finding fails.
-# Usage: bash scripts/lint.sh   (from a venv made by scripts/test.sh, or VENV=path)
+# Usage: bash scripts/lint.sh [python|rust]   (no argument: both)
+#   python  ruff check, ruff format --check, mypy --strict, from the venv MEMLANE_VENV (default
+#           .venv; scripts/test.sh passes its own)
+#   rust    cargo fmt --check, cargo clippy -D warnings with and without the Python glue
+#           (PYO3_PYTHON, default the venv's python, tells PyO3's build which interpreter to read)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${MEMLANE_VENV:-.venv}
+part=${1:-all}
+case $part in python | rust | all) ;; *) echo "usage: $0 [python|rust]" >&2; exit 2 ;; esac
 
-echo "== ruff check"
-"$VENV/bin/ruff" check python tests benches examples
-echo "== ruff format --check"
-"$VENV/bin/ruff" format --check python tests benches examples
-echo "== mypy --strict (package and tests)"
-"$VENV/bin/mypy"
-echo "== cargo fmt --check"
-cargo fmt --check
-echo "== cargo clippy -D warnings (with and without the Python glue)"
-cargo clippy --quiet --all-targets -- -D warnings
-PYO3_PYTHON="$PWD/$VENV/bin/python" cargo clippy --quiet --all-targets --features python -- -D warnings
+if [ "$part" != rust ]; then
+    echo "== ruff check"
+    "$VENV/bin/ruff" check python tests benches examples
+    echo "== ruff format --check"
+    "$VENV/bin/ruff" format --check python tests benches examples
+    echo "== mypy --strict (package and tests)"
+    "$VENV/bin/mypy"
+fi
+
+if [ "$part" != python ]; then
+    echo "== cargo fmt --check"
+    cargo fmt --check
+    echo "== cargo clippy -D warnings (with and without the Python glue)"
+    cargo clippy --quiet --all-targets -- -D warnings
+    PYO3_PYTHON=${PYO3_PYTHON:-$PWD/$VENV/bin/python} \
+        cargo clippy --quiet --all-targets --features python -- -D warnings
+fi
