@@ -27,12 +27,13 @@ settings.load_profile("memlane")
 
 # ================================================================= the two passes of the suite
 # scripts/test.sh runs pytest twice: on the Rust path, then with MEMLANE_PURE_PYTHON=1. A test
-# that takes ``impl`` selects each implementation itself, so it checks the same thing whatever
-# the process chose; the Rust pass runs it on both, and the pure pass (given IMPL_TESTS_RAN)
-# leaves it out. Everything else runs in both passes, each time on the process's backend.
+# that takes ``impl`` selects each implementation itself, and a test marked ``twins`` builds
+# both side by side, so either checks the same thing whatever the process chose; the Rust pass
+# runs it, and the pure pass (given IMPL_TESTS_RAN) leaves it out. Everything else runs in both
+# passes, each time on the process's backend.
 
 IMPL_TESTS_RAN = "--impl-tests-ran"
-"""Option of the pure pass: the tests that take ``impl`` ran on both twins in the Rust pass."""
+"""Option of the pure pass: the ``impl`` and ``twins`` tests ran on both in the Rust pass."""
 
 ONE_WORKER_FILES = frozenset({"test_wheels.py", "test_server_browser.py"})
 """Files whose session- or module-scoped fixture is costly (wheels built with cargo in the one
@@ -48,8 +49,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         IMPL_TESTS_RAN,
         action="store_true",
         help=(
-            "with MEMLANE_PURE_PYTHON=1: leave out the tests that take the impl fixture, which "
-            "the Rust pass ran on both implementations (scripts/test.sh)"
+            "with MEMLANE_PURE_PYTHON=1: leave out the tests that take the impl fixture or are "
+            "marked twins, which the Rust pass ran on both implementations (scripts/test.sh)"
         ),
     )
 
@@ -64,7 +65,9 @@ def pytest_configure(config: pytest.Config) -> None:
     if not config.getoption(IMPL_TESTS_RAN):
         return
     if _backend.BACKEND != "python":
-        raise pytest.UsageError(f"{IMPL_TESTS_RAN} is for the MEMLANE_PURE_PYTHON=1 pass only")
+        raise pytest.UsageError(
+            f"{IMPL_TESTS_RAN} is for the MEMLANE_PURE_PYTHON=1 pass only"
+        )
     if rust_core() is None:
         raise pytest.UsageError(
             f"{IMPL_TESTS_RAN}: memlane._core cannot be imported, so no Rust pass ran the impl "
@@ -90,15 +93,27 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
         return path if path.rsplit("/", 1)[-1] in ONE_WORKER_FILES else nodeid
 
     scheduler = LoadScopeScheduling(config, log)
-    scheduler._split_scope = unit  # the one hook of loadscope; --dist loadfile overrides it too
+    # _split_scope is loadscope's one hook: --dist loadfile is the same class overriding it.
+    scheduler._split_scope = unit
     return scheduler
 
 
+def _runs_both_twins(item: pytest.Item) -> bool:
+    """Whether the test checks both implementations whatever the process's backend: it takes
+    ``impl``, or it is marked ``twins`` (it builds the Rust class and the twin itself)."""
+    return (
+        "impl" in getattr(item, "fixturenames", ())
+        or item.get_closest_marker("twins") is not None
+    )
+
+
 @pytest.hookimpl(trylast=True)  # after -k and -m: count only what the selection kept
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Leaves out the ``impl`` tests under :data:`IMPL_TESTS_RAN`."""
+def pytest_collection_modifyitems(
+    config: pytest.Config, items: list[pytest.Item]
+) -> None:
+    """Leaves out the ``impl`` and ``twins`` tests under :data:`IMPL_TESTS_RAN`."""
     if config.getoption(IMPL_TESTS_RAN):
-        ran = [item for item in items if "impl" in getattr(item, "fixturenames", ())]
+        ran = [item for item in items if _runs_both_twins(item)]
         if ran:
             config.hook.pytest_deselected(items=ran)
             left_out = set(map(id, ran))
@@ -131,8 +146,8 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     if terminalreporter.config.getoption(IMPL_TESTS_RAN):
         left_out = terminalreporter.config.stash[_LEFT_OUT]
         terminalreporter.write_line(
-            f"{IMPL_TESTS_RAN}: {left_out} tests taking impl left out; the Rust pass ran them "
-            "on both implementations"
+            f"{IMPL_TESTS_RAN}: {left_out} tests taking impl or marked twins left out; the Rust "
+            "pass ran them on both implementations"
         )
 
 
@@ -261,16 +276,24 @@ def _start_server(kind: str, start: object, workdir: object) -> db_servers.Serve
 
 
 @pytest.fixture(scope="session")
-def postgres_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[db_servers.Server]:
+def postgres_server(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[db_servers.Server]:
     """A PostgreSQL server for the whole run (started here unless one is given)."""
-    server = _start_server("PostgreSQL", db_servers.start_postgres, tmp_path_factory.mktemp("pg"))
+    server = _start_server(
+        "PostgreSQL", db_servers.start_postgres, tmp_path_factory.mktemp("pg")
+    )
     yield server
     server.stop()
 
 
 @pytest.fixture(scope="session")
-def mongodb_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[db_servers.Server]:
+def mongodb_server(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[db_servers.Server]:
     """A MongoDB-wire server (FerretDB unless one is given) for the whole run."""
-    server = _start_server("MongoDB", db_servers.start_ferretdb, tmp_path_factory.mktemp("mongo"))
+    server = _start_server(
+        "MongoDB", db_servers.start_ferretdb, tmp_path_factory.mktemp("mongo")
+    )
     yield server
     server.stop()
