@@ -191,6 +191,7 @@ class TestServe:
         assert "the token was generated for this run and is printed only here" in log
         # Printed where it was announced, once, and never in the access log's lines.
         assert log.count(token) == 2
+        assert "/memories?token=[redacted]" in log
 
 
 class TestImport:

@@ -12,7 +12,6 @@ import argparse
 import ipaddress
 import logging
 import os
-import re
 import secrets
 import socket
 import sys
@@ -23,8 +22,6 @@ from memlane.cli.store import open_manager
 __all__ = ["TOKEN_VARIABLE", "is_loopback", "port_number", "register"]
 
 TOKEN_VARIABLE = "MEMLANE_SERVER_TOKEN"  # noqa: S105  # the variable's name, not a token
-
-_TOKEN_IN_URL = re.compile(r"(token=)[^&\s\"]*")
 
 
 def is_loopback(host: str) -> bool:
@@ -46,18 +43,6 @@ def port_number(text: str) -> int:
     if not 1 <= port <= 65535:
         raise argparse.ArgumentTypeError(f"a port is 1 to 65535, got {port}")
     return port
-
-
-class _HideTokens(logging.Filter):
-    """Blanks ``token=...`` in access-log lines: a URL with the token must not reach a log."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if isinstance(record.args, tuple):
-            record.args = tuple(
-                _TOKEN_IN_URL.sub(r"\1***", a) if isinstance(a, str) else a for a in record.args
-            )
-        record.msg = _TOKEN_IN_URL.sub(r"\1***", str(record.msg))
-        return True
 
 
 def _bind(host: str, port: int) -> socket.socket:
@@ -96,7 +81,7 @@ def serve(args: argparse.Namespace, out: Output) -> int:
     try:
         import uvicorn
 
-        from memlane.server import create_app
+        from memlane.server import create_app, uvicorn_log_config
     except ImportError as exc:
         raise CliError(
             f"memlane serve needs the server extra: pip install 'memlane[server]' ({exc})"
@@ -125,9 +110,10 @@ def serve(args: argparse.Namespace, out: Output) -> int:
             )
         if args.no_auth:
             out.note("  --no-auth: reading needs no token; deleting still does")
-        config = uvicorn.Config(app, log_level=args.log_level)
+        # The server's own redacting filter on every uvicorn handler: no log line, access
+        # or error, carries the token.
+        config = uvicorn.Config(app, log_level=args.log_level, log_config=uvicorn_log_config())
         server = uvicorn.Server(config)
-        logging.getLogger("uvicorn.access").addFilter(_HideTokens())
         try:
             server.run(sockets=[sock])
         finally:
