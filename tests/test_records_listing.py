@@ -19,7 +19,7 @@ from memlane.errors import CorruptStoreError
 from memlane.longterm import Fact
 from memlane.longterm.facts import fact_namespace
 from memlane.longterm.model import FactScope
-from memlane.records import Records, fact_id
+from memlane.records import AmbiguousUserError, Records, fact_id
 from memlane.records.finding import is_fact_namespace
 from memlane.records.listing import to_json
 from memlane.types import MemoryEntry
@@ -176,3 +176,45 @@ class TestFactNamespaces:
     )
     def test_names(self, name: str, facts: bool) -> None:
         assert is_fact_namespace(name) is facts
+
+
+class TestUserFilter:
+    """A facts or episodes filter by user takes every name of the user, as ``--user`` does."""
+
+    @pytest.mark.parametrize("form", ["id", "telegram:1001", "Ada", "aDA"])
+    def test_every_form(self, filled: tuple[Records, Filled], form: str) -> None:
+        records, data = filled
+        text = data.user_id if form == "id" else form
+        facts = records.facts(user_id=text)["items"]
+        assert {f["key"] for f in facts} == {"timezone", "diet"}
+        assert {f["scope_id"] for f in facts} == {data.user_id}
+        assert [e["id"] for e in records.episodes(user_id=text)["items"]] == [data.episode_id]
+
+    def test_a_merged_id_lists_the_survivor(self, filled: tuple[Records, Filled]) -> None:
+        records, data = filled
+        records.long_term.merge_users(data.other_user_id, data.user_id)
+        facts = records.facts(user_id=data.other_user_id)["items"]
+        assert {f["scope_id"] for f in facts} == {data.user_id}
+        assert [e["id"] for e in records.episodes(user_id="Bob")["items"]] == [data.episode_id]
+
+    def test_an_id_no_user_holds_is_taken_as_it_is(self, filled: tuple[Records, Filled]) -> None:
+        records = filled[0]
+        records.long_term.remember("plan", "rail", scope="user", scope_id="u-no-record")
+        assert [f["key"] for f in records.facts(user_id="u-no-record")["items"]] == ["plan"]
+        assert records.episodes(user_id="nobody")["items"] == []
+
+    def test_a_shared_name_lists_the_candidates(self, filled: tuple[Records, Filled]) -> None:
+        records, data = filled
+        other = records.long_term.identify_user("slack", "U9", display_name="ADA")
+        for listing in (records.facts, records.episodes):
+            with pytest.raises(AmbiguousUserError, match="'ada' names 2 users") as raised:
+                listing(user_id="ada")
+            assert {c["id"] for c in raised.value.candidates} == {data.user_id, other.id}
+
+    def test_another_scope_conflicts(self, filled: tuple[Records, Filled]) -> None:
+        records = filled[0]
+        assert records.facts(scope="user", user_id="Ada")["total"] == 2
+        with pytest.raises(ValueError, match="user_id 'Ada' conflicts with scope='agent'"):
+            records.facts(scope="agent", user_id="Ada")
+        with pytest.raises(ValueError, match="conflicts"):
+            records.facts(scope="user", scope_id="x", user_id="Ada")

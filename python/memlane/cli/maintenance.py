@@ -88,10 +88,10 @@ def _rows(records: Records, args: argparse.Namespace) -> list[dict[str, Any]]:
         return records.working(args.scope)
     if kind == "facts":
         scope, scope_id = args.scope, None
-        for name in ("user", "agent"):
-            if getattr(args, name) is not None:
-                scope, scope_id = name, getattr(args, name)
-        page = records.facts(scope=scope, scope_id=scope_id, q=args.q)
+        if args.agent is not None:
+            scope, scope_id = "agent", args.agent
+        # --user takes any name of a user; with --agent or another --scope it is refused.
+        page = records.facts(scope=scope, scope_id=scope_id, user_id=args.user, q=args.q)
     elif kind == "episodes":
         page = records.episodes(agent_id=args.agent, user_id=args.user, q=args.q)
     elif kind == "procedures":
@@ -248,7 +248,11 @@ def register(
     )
     parser.add_argument("ids", nargs="*", metavar="ID", help="the records' ids (working: keys)")
     parser.add_argument("--filter", dest="q", metavar="TEXT", help="every record containing TEXT")
-    parser.add_argument("--user", metavar="USER_ID", help="facts or episodes of this user")
+    parser.add_argument(
+        "--user",
+        metavar="USER",
+        help="facts or episodes of this user (an id, a merged id, channel:id or display name)",
+    )
     parser.add_argument("--agent", metavar="AGENT_ID", help="facts or episodes of this agent")
     parser.add_argument("--scope", help="facts: this scope; working: the scope to delete from")
     parser.add_argument("--all", action="store_true", help="every record of KIND")

@@ -49,6 +49,7 @@ class Records:
         *,
         scope: str | None = None,
         scope_id: str | None = None,
+        user_id: str | None = None,
         fact_type: str | None = None,
         q: str | None = None,
         offset: int = 0,
@@ -63,6 +64,8 @@ class Records:
         Args:
             scope: Only this scope.
             scope_id: Only this id of ``scope``.
+            user_id: Only this user's facts: anything :meth:`resolve_user` accepts, or an id
+                no user record holds (the same as ``scope="user", scope_id=...``).
             fact_type: Only this type.
             q: Only facts whose JSON holds this text.
             offset: Facts to skip.
@@ -73,8 +76,13 @@ class Records:
             until: Only facts updated at or before this.
 
         Raises:
-            ValueError: A bad page, sort field or scope.
+            ValueError: A bad page, sort field or scope, or ``user_id`` with another scope.
+            AmbiguousUserError: ``user_id`` is a display name several users share.
         """
+        if user_id is not None:
+            if scope not in (None, "user") or scope_id is not None:
+                raise ValueError(f"user_id {user_id!r} conflicts with scope={scope!r}")
+            scope, scope_id = "user", people.user_filter(self.manager.store, user_id)
         if scope_id is not None and scope is None:
             raise ValueError("scope_id needs a scope (session, user or agent)")
         facts = FactRows(self.manager.store, self._names)
@@ -100,8 +108,12 @@ class Records:
     ) -> Page:
         """Episodes, most recent first, without their messages (see :meth:`episode`).
 
-        Dates filter on ``ended_at``; the other arguments as for :meth:`facts`.
+        ``user_id`` may be anything :meth:`resolve_user` accepts, or an id no user record
+        holds; a display name several users share raises :class:`AmbiguousUserError`. Dates
+        filter on ``ended_at``; the other arguments as for :meth:`facts`.
         """
+        if user_id is not None:
+            user_id = people.user_filter(self.manager.store, user_id)
         found = self.long_term.episodes(agent_id=agent_id, user_id=user_id, success=success)
         names = self._names()
         return page(

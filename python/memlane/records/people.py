@@ -22,6 +22,7 @@ __all__ = [
     "names_held",
     "resolve",
     "resolve_one",
+    "user_filter",
 ]
 
 _MAX_MERGE_CHAIN = 64
@@ -142,3 +143,18 @@ def resolve_one(store: MemoryStore, text: str) -> MemoryUser:
     if len(found) > 1:
         raise AmbiguousUserError(text, [u.model_dump(mode="json") for u in found])
     return found[0]
+
+
+def user_filter(store: MemoryStore, text: str) -> str:
+    """The user id a listing's user filter means: the one user ``text`` names (an id, a
+    merged id, ``channel:id`` or a display name), else ``text`` itself, since facts and
+    episodes may carry an id that no user record holds.
+
+    Raises:
+        TypeError, ValueError: ``text`` is not a non-empty ``str``.
+        AmbiguousUserError: ``text`` is a display name several users share.
+    """
+    found = resolve(store, text)
+    if len(found) > 1:
+        raise AmbiguousUserError(text, [u.model_dump(mode="json") for u in found])
+    return found[0].id if found else text
