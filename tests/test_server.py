@@ -241,7 +241,9 @@ class TestListing:
         assert schema["openapi"].startswith("3.")
         app = api.client.app
         routes = {
-            r.path.replace("{id:path}", "{id}").replace("{scope:path}", "{scope}")
+            r.path.replace("{id:path}", "{id}")
+            .replace("{scope:path}", "{scope}")
+            .replace("{key:path}", "{key}")
             for r in app.routes  # type: ignore[attr-defined]
             if isinstance(r, Route) and r.path.startswith(API) and not r.path.endswith(".json")
         }

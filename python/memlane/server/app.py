@@ -45,6 +45,7 @@ from memlane.server.inputs import (
     error,
     json_body,
     path_param,
+    path_tail,
     query_bool,
     query_datetime,
     query_int,
@@ -116,13 +117,22 @@ def _listing_args(request: Request) -> dict[str, Any]:
 
 def _fact_filters(request: Request) -> dict[str, Any]:
     scope, scope_id = query_str(request, "scope"), query_str(request, "scope_id")
+    user_id = None
     for name in ("session", "user", "agent"):
         given = query_str(request, f"{name}_id")
         if given is not None:
             if scope is not None and (scope != name or scope_id not in (None, given)):
                 raise HTTPError(400, f"{name}_id conflicts with scope={scope!r}")
             scope, scope_id = name, given
-    return {"scope": scope, "scope_id": scope_id, "fact_type": query_str(request, "type")}
+            if name == "user":
+                # Any name of the user (resolved where reads run): scope and id come from it.
+                scope, scope_id, user_id = None, None, given
+    return {
+        "scope": scope,
+        "scope_id": scope_id,
+        "user_id": user_id,
+        "fact_type": query_str(request, "type"),
+    }
 
 
 def _episode_filters(request: Request) -> dict[str, Any]:
@@ -271,7 +281,7 @@ def create_app(
 
     @_handled
     async def edit_working(request: Request) -> Response:
-        scope, key = path_param(request, "scope"), path_param(request, "key")
+        scope, key = path_tail(request, f"{api}/working/", "scope", "key")
         data = await _fields(request, {"value", "importance"}, {"value"})
         row = await write(records.update_working, scope, key, **data, actor=_actor(request))
         _LOG.warning("%s edited working memory %r key %r", _actor(request), scope, key)
@@ -378,7 +388,8 @@ def create_app(
         Route(f"{api}/working/", working_scopes),
         Route(f"{api}/working/{{scope:path}}/batch-delete/", working_delete, methods=["POST"]),
         Route(f"{api}/working/{{scope:path}}/", working),
-        Route(f"{api}/working/{{scope:path}}/{{key}}", edit_working, methods=["PATCH"]),
+        # Scope and key are read from the raw path (path_tail): the key may hold "%2F".
+        Route(f"{api}/working/{{scope:path}}/{{key:path}}", edit_working, methods=["PATCH"]),
         Route(f"{api}/search/", search),
     ]
 

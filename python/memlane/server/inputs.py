@@ -11,6 +11,7 @@ import json
 import math
 from datetime import UTC, datetime, time
 from typing import Any
+from urllib.parse import quote, unquote
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse
@@ -22,6 +23,7 @@ __all__ = [
     "error",
     "json_body",
     "path_param",
+    "path_tail",
     "query_bool",
     "query_datetime",
     "query_int",
@@ -83,6 +85,38 @@ def path_param(request: Request, name: str) -> str:
     if not value:
         raise HTTPError(400, f"{name} must not be empty")
     return checked_text(value, name)
+
+
+def path_tail(request: Request, prefix: str, head: str, tail: str) -> tuple[str, str]:
+    """The path after ``prefix``, split at its last ``/``: two parts, each percent-decoded
+    once from the path as sent (``head`` and ``tail`` name them in errors).
+
+    A server decodes a path before routing, so a ``/`` sent as ``%2F`` would move the split;
+    read from the raw path, the last segment may hold any character (``/``, ``%``, ``?``,
+    ``#``, spaces, any script) as long as it is percent-encoded, and the part before it may
+    hold a ``/`` sent plain or encoded.
+
+    Raises:
+        HTTPError: 400 for an empty part, a part that is not percent-encoded UTF-8, or text a
+            store cannot hold.
+    """
+    raw = request.scope.get("raw_path")
+    sent = raw.decode("latin-1") if isinstance(raw, bytes) else ""
+    start = sent.find(prefix)
+    if start < 0:  # a server that keeps no raw path: the decoded one, split at its last "/"
+        sent = quote(request.url.path, safe="/")
+        start = sent.find(prefix)
+    first, _, last = sent[start + len(prefix) :].rpartition("/")
+    parts = []
+    for name, text in ((tail, last), (head, first)):
+        try:
+            value = unquote(text, errors="strict")
+        except UnicodeDecodeError:
+            raise HTTPError(400, f"{name} is not percent-encoded UTF-8: {text[:80]!r}") from None
+        if not value:
+            raise HTTPError(400, f"{name} must not be empty")
+        parts.append(checked_text(value, name))
+    return parts[1], parts[0]
 
 
 def query_int(request: Request, name: str, default: int, low: int, high: int | None = None) -> int:

@@ -97,6 +97,10 @@ def _patch(summary: str, parameters: list[dict[str, Any]], body: dict[str, Any])
 
 
 _ANY = {"description": "any JSON value"}
+_USER = (
+    "this user's: an id, a merged id, channel:id or a display name (400 with the candidates "
+    "when several users share it); an id no user record holds is taken as it is"
+)
 _CONVERSATIONS = _list("conversations: turns, tokens, budget use, last activity", [])
 
 
@@ -153,7 +157,7 @@ def openapi_schema() -> dict[str, Any]:
                 [
                     _query("scope", "session, user, agent or global"),
                     _query("scope_id", "the id within scope"),
-                    _query("user_id", "facts of this user"),
+                    _query("user_id", _USER),
                     _query("agent_id", "facts of this agent"),
                     _query("session_id", "facts of this session"),
                     _query("type", "fact type, e.g. user_preference"),
@@ -176,7 +180,7 @@ def openapi_schema() -> dict[str, Any]:
                 "episodes, most recent first",
                 [
                     _query("agent_id", "this agent's"),
-                    _query("user_id", "this user's"),
+                    _query("user_id", _USER),
                     _query("success", "true or false", "boolean"),
                 ],
             ),
@@ -249,8 +253,16 @@ def openapi_schema() -> dict[str, Any]:
             "/api/v1/working/{scope}/batch-delete/": _delete("working-memory facts by key"),
             "/api/v1/working/{scope}/{key}": {
                 "patch": _patch(
-                    "set a working-memory fact's value (and importance); logged",
-                    [_path("scope"), _path("key")],
+                    "set a working-memory fact's value (and importance); logged. The key is "
+                    "the last segment, percent-encoded (a '/' in it as %2F, '%' as %25, '?' "
+                    "as %3F, '#' as %23) and decoded once, so any key can be named",
+                    [
+                        _path("scope"),
+                        {
+                            **_path("key"),
+                            "description": "percent-encoded UTF-8, decoded once; may hold '/'",
+                        },
+                    ],
                     {
                         "required": ["value"],
                         "properties": {
