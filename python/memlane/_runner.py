@@ -1,16 +1,19 @@
 """Runs I/O-free plans against a store, synchronously or asynchronously.
 
-memlane writes each operation once, as a generator (a *plan*) that yields the store calls it
-needs and receives their results: ``entries = yield StoreCall("load", (namespace,))``. The
-plan holds all the logic and does no I/O. :func:`run_sync` performs each call with the
-store's sync method and :func:`run_async` awaits its ``async_`` twin, so the sync and async
-APIs are two thin wrappers around the same plan and cannot drift. (The sans-I/O style of h11;
-structlog builds its sync and async method families from one definition the same way.)
+memlane writes each operation once, as a generator (a *plan*) that yields the store operations
+it needs and receives their results: ``entries = yield Load(namespace)``. The plan holds all
+the logic and does no I/O. The operations are typed values, one class per store method
+(:mod:`memlane._ops`, re-exported here): :func:`run_sync` performs each with ``op.run(store)``
+and :func:`run_async` with ``await op.run_async(store)``, so the sync and async APIs are two
+thin wrappers around the same plan and cannot drift. (The sans-I/O style of h11; structlog
+builds its sync and async method families from one definition the same way.)
 
 A call that raises is thrown back into the plan at its ``yield``, so a plan handles failures
 with an ordinary ``try``. A plan that yields a :class:`~memlane._locks.HybridLock` holds it until
 it ends or yields :class:`Release`; each runner takes it in its own way (blocking, or awaiting) and
-always releases what is still held.
+always releases what is still held. Besides store operations a plan may yield
+:class:`Summarize` (the runner's summarizer, an explicit argument of the runner), :class:`Spawn`
+(a background plan) and :class:`Call` (user code with a blocking and an awaitable form).
 
 :func:`sync_method` and :func:`async_method` turn one plan method into the public method
 pair (``name`` and ``async_name``), with the plan's signature and docstring.
@@ -27,19 +30,65 @@ from dataclasses import dataclass
 from typing import Any, Concatenate, Generic, ParamSpec, Protocol, TypeVar
 
 from memlane._locks import HybridLock
+from memlane._ops import (
+    CleanupExpired,
+    Clear,
+    Delete,
+    DeleteMany,
+    Load,
+    LoadByKey,
+    LoadRange,
+    Namespaces,
+    Save,
+    SaveIf,
+    SaveMany,
+    Search,
+    StoreOp,
+    Then,
+)
+from memlane.stores import fallbacks
 from memlane.types import ConversationTurn
 
 T = TypeVar("T")
 P = ParamSpec("P")
 
+__all__ = [
+    "Call",
+    "CleanupExpired",
+    "Clear",
+    "Delete",
+    "DeleteMany",
+    "Done",
+    "Load",
+    "LoadByKey",
+    "LoadRange",
+    "Namespaces",
+    "Plan",
+    "Release",
+    "Save",
+    "SaveIf",
+    "SaveMany",
+    "Search",
+    "Spawn",
+    "Step",
+    "StoreCall",
+    "StoreOp",
+    "Summarize",
+    "Summarizer",
+    "Then",
+    "async_method",
+    "run_async",
+    "run_sync",
+    "sync_method",
+]
+
 
 class StoreCall(Generic[T]):
-    """Call store method ``method`` (``async_<method>`` on the async path) with ``args``.
+    """Deprecated (internal): call store method ``method`` by name with ``args``.
 
-    Yielded by a plan, the call's result is sent back into the plan. Returned by a plan
-    method as the whole plan (an operation that is one store call, as most of working
-    memory's are), the runner returns ``then(result)``, or the result itself, without the
-    generator machinery.
+    Superseded by the typed operations of :mod:`memlane._ops` (``StoreCall("load", (ns,))``
+    is ``Load(ns)``; ``then=fn`` is ``Then(op, fn)``). Still run by both runners until the
+    last plan yielding one is converted, then removed.
     """
 
     __slots__ = ("args", "method", "then")
@@ -86,7 +135,7 @@ class Call:
     awaiting: Callable[[], Awaitable[Any]]
 
 
-Op = StoreCall[Any] | Summarize | HybridLock | Release | Spawn | Call
+Op = StoreOp[Any] | Summarize | HybridLock | Release | Spawn | Call | StoreCall[Any]
 Plan = Generator[Op, Any, T]
 """A plan: yields operations, receives their results, returns its own result."""
 
@@ -100,52 +149,75 @@ class Done(Generic[T]):
         self.value = value
 
 
-Step = Plan[T] | Done[T] | StoreCall[T]
-"""What a plan method returns: a plan for a runner, or its result already."""
+Step = Plan[T] | Done[T] | StoreOp[T] | StoreCall[T]
+"""What a plan method returns: a plan for a runner, one store operation, or its result already."""
 
 Summarizer = Callable[[list[ConversationTurn]], "str | Awaitable[str]"]
 
 
 def run_sync(plan: Step[T], store: Any, summarizer: Summarizer | None = None) -> T:
-    """Runs ``plan`` to completion with blocking store calls."""
-    # Every conversation call passes through here: the loop is kept to the bare protocol.
-    if plan.__class__ is StoreCall:
-        result = _call_sync(plan, store)  # type: ignore[arg-type]
-        return result if plan.then is None else plan.then(result)  # type: ignore[union-attr]
-    if plan.__class__ is Done:
-        return plan.value  # type: ignore[union-attr]
-    assert not isinstance(plan, Done | StoreCall)
+    """Runs ``plan`` to completion with blocking store calls.
+
+    Args:
+        plan: A plan, a single :class:`~memlane._ops.StoreOp`, or a :class:`Done` result.
+        store: The store every operation runs against.
+        summarizer: What a yielded :class:`Summarize` calls; ``None`` when the plan's owner
+            has none (such a plan never yields one).
+    """
+    # Every conversation call passes through here: the loop is kept to the bare protocol,
+    # store operations (the common case) tested first.
+    if isinstance(plan, StoreOp):
+        return plan.run(store)
+    if isinstance(plan, Done):
+        return plan.value
+    if isinstance(plan, StoreCall):
+        result = _call_sync(plan, store)
+        return result if plan.then is None else plan.then(result)
     held: list[HybridLock] = []
     try:
         op = plan.send(None)
         while True:
-            if op.__class__ is HybridLock:
-                op.acquire()  # type: ignore[union-attr]
-                held.append(op)  # type: ignore[arg-type]
+            if isinstance(op, StoreOp):
+                try:
+                    result = op.run(store)
+                except Exception as exc:  # noqa: BLE001  # handed to the plan, which decides
+                    op = plan.throw(exc)
+                else:
+                    op = plan.send(result)
+            elif isinstance(op, HybridLock):
+                op.acquire()
+                held.append(op)
                 op = plan.send(None)
-            elif op.__class__ is Release:
-                _release(held, op)  # type: ignore[arg-type]
+            elif isinstance(op, Release):
+                _release(held, op)
                 op = plan.send(None)
-            elif op.__class__ is Spawn:
-                op = plan.send(
-                    _background().submit(run_sync, op.plan(), store, summarizer)  # type: ignore[union-attr]
-                )
+            elif isinstance(op, Spawn):
+                op = plan.send(_background().submit(run_sync, op.plan(), store, summarizer))
             else:
                 try:
-                    result = _perform_sync(op, store, summarizer)  # type: ignore[arg-type]
+                    result = _perform_sync(op, store, summarizer)
                 except Exception as exc:  # noqa: BLE001  # handed to the plan, which decides
                     op = plan.throw(exc)
                 else:
                     op = plan.send(result)
     except StopIteration as done:
-        return done.value  # type: ignore[no-any-return]
+        finished: T = done.value
+        return finished
     finally:
         for lock in reversed(held):
             lock.release()
 
 
 async def run_async(plan: Step[T], store: Any, summarizer: Summarizer | None = None) -> T:
-    """Runs ``plan`` to completion, awaiting the store's ``async_`` methods."""
+    """Runs ``plan`` to completion, awaiting the store's ``async_`` methods.
+
+    Args:
+        plan: A plan, a single :class:`~memlane._ops.StoreOp`, or a :class:`Done` result.
+        store: The store every operation runs against.
+        summarizer: What a yielded :class:`Summarize` calls, or ``None``.
+    """
+    if isinstance(plan, StoreOp):
+        return await plan.run_async(store)
     if isinstance(plan, Done):
         return plan.value
     if isinstance(plan, StoreCall):
@@ -155,28 +227,34 @@ async def run_async(plan: Step[T], store: Any, summarizer: Summarizer | None = N
     try:
         op = plan.send(None)
         while True:
-            if op.__class__ is HybridLock:
-                await op.async_acquire()  # type: ignore[union-attr]
-                held.append(op)  # type: ignore[arg-type]
+            if isinstance(op, StoreOp):
+                try:
+                    result = await op.run_async(store)
+                except Exception as exc:  # noqa: BLE001  # handed to the plan, which decides
+                    op = plan.throw(exc)
+                else:
+                    op = plan.send(result)
+            elif isinstance(op, HybridLock):
+                await op.async_acquire()
+                held.append(op)
                 op = plan.send(None)
-            elif op.__class__ is Release:
-                _release(held, op)  # type: ignore[arg-type]
+            elif isinstance(op, Release):
+                _release(held, op)
                 op = plan.send(None)
-            elif op.__class__ is Spawn:
+            elif isinstance(op, Spawn):
                 op = plan.send(
-                    asyncio.get_running_loop().create_task(
-                        run_async(op.plan(), store, summarizer)  # type: ignore[union-attr]
-                    )
+                    asyncio.get_running_loop().create_task(run_async(op.plan(), store, summarizer))
                 )
             else:
                 try:
-                    result = await _perform_async(op, store, summarizer)  # type: ignore[arg-type]
+                    result = await _perform_async(op, store, summarizer)
                 except Exception as exc:  # noqa: BLE001  # handed to the plan, which decides
                     op = plan.throw(exc)
                 else:
                     op = plan.send(result)
     except StopIteration as done:
-        return done.value  # type: ignore[no-any-return]
+        finished: T = done.value
+        return finished
     finally:
         for lock in reversed(held):
             lock.release()
@@ -206,7 +284,7 @@ def _background() -> concurrent.futures.ThreadPoolExecutor:
 
 
 class Runs(Protocol):
-    """What a class needs to turn its plans into methods: a store and, maybe, a summarizer."""
+    """What a class needs to turn its plans into methods: the store its plans run against."""
 
     @property
     def store(self) -> Any: ...
@@ -214,25 +292,67 @@ class Runs(Protocol):
 
 S = TypeVar("S", bound=Runs)
 
+SummarizerOf = Callable[[S], "Summarizer | None"]
+"""How a method pair finds its owner's summarizer, e.g. ``lambda memory: memory.summarizer``."""
 
-def sync_method(plan: Callable[Concatenate[S, P], Step[T]]) -> Callable[Concatenate[S, P], T]:
-    """The blocking public method of plan method ``_name``: ``name``."""
 
-    def method(self: S, /, *args: P.args, **kwargs: P.kwargs) -> T:
-        return run_sync(plan(self, *args, **kwargs), self.store, getattr(self, "summarizer", None))
+def _owner_attribute(owner: Any) -> Summarizer | None:
+    # Transitional: the plan owners that yield Summarize and have not yet named their
+    # summarizer with ``summarizer=`` keep working; removed with StoreCall.
+    found: Summarizer | None = getattr(owner, "summarizer", None)
+    return found
+
+
+def sync_method(
+    plan: Callable[Concatenate[S, P], Step[T]],
+    *,
+    summarizer: SummarizerOf[S] | None = None,
+) -> Callable[Concatenate[S, P], T]:
+    """The blocking public method of plan method ``_name``: ``name``.
+
+    Args:
+        plan: The plan method; the public method runs what it returns with :func:`run_sync`
+            against ``self.store``.
+        summarizer: For plans that yield :class:`Summarize`: the owner's summarizer, given the
+            owner. Without it the runner has none.
+    """
+    if summarizer is None:
+
+        def method(self: S, /, *args: P.args, **kwargs: P.kwargs) -> T:
+            return run_sync(plan(self, *args, **kwargs), self.store, _owner_attribute(self))
+
+    else:
+        summarizer_of = summarizer
+
+        def method(self: S, /, *args: P.args, **kwargs: P.kwargs) -> T:
+            return run_sync(plan(self, *args, **kwargs), self.store, summarizer_of(self))
 
     return describe(method, plan, sync=True)
 
 
 def async_method(
     plan: Callable[Concatenate[S, P], Step[T]],
+    *,
+    summarizer: SummarizerOf[S] | None = None,
 ) -> Callable[Concatenate[S, P], Coroutine[Any, Any, T]]:
-    """The awaitable public method of plan method ``_name``: ``async_name``."""
+    """The awaitable public method of plan method ``_name``: ``async_name``.
 
-    async def method(self: S, /, *args: P.args, **kwargs: P.kwargs) -> T:
-        return await run_async(
-            plan(self, *args, **kwargs), self.store, getattr(self, "summarizer", None)
-        )
+    Args:
+        plan: The plan method; the public method runs what it returns with :func:`run_async`
+            against ``self.store``.
+        summarizer: For plans that yield :class:`Summarize`: the owner's summarizer, given the
+            owner. Without it the runner has none.
+    """
+    if summarizer is None:
+
+        async def method(self: S, /, *args: P.args, **kwargs: P.kwargs) -> T:
+            return await run_async(plan(self, *args, **kwargs), self.store, _owner_attribute(self))
+
+    else:
+        summarizer_of = summarizer
+
+        async def method(self: S, /, *args: P.args, **kwargs: P.kwargs) -> T:
+            return await run_async(plan(self, *args, **kwargs), self.store, summarizer_of(self))
 
     return describe(method, plan, sync=False)
 
@@ -254,23 +374,30 @@ def describe(method: F, plan: Callable[..., Any], *, sync: bool) -> F:
     method.__doc__ = (
         plan.__doc__ if sync else f"Async :meth:`{name}`: the same plan, its store calls awaited."
     )
+    # inspect reads __signature__ from any callable; typeshed declares it on none.
     method.__signature__ = signature.replace(return_annotation=returns)  # type: ignore[attr-defined]
     return method
 
 
 def _call_sync(op: StoreCall[Any], store: Any) -> Any:
-    method = getattr(store, op.method, None)
-    return method(*op.args) if method is not None else _fallback(store, op)
+    if op.method == "save_many":
+        return fallbacks.save_many(store, *op.args)
+    if op.method == "save_if":
+        return fallbacks.save_if(store, *op.args)
+    if op.method == "load_range":
+        return fallbacks.load_range(store, *op.args)
+    return getattr(store, op.method)(*op.args)
 
 
 def _perform_sync(
     op: StoreCall[Any] | Summarize | Call, store: Any, summarizer: Summarizer | None
 ) -> Any:
-    if isinstance(op, StoreCall):
-        return _call_sync(op, store)
     if isinstance(op, Call):
         return op.blocking()
-    assert summarizer is not None
+    if isinstance(op, StoreCall):
+        return _call_sync(op, store)
+    if summarizer is None:
+        raise RuntimeError("this plan asked to summarize, but its runner has no summarizer")
     summary = summarizer(op.turns)
     if inspect.isawaitable(summary):
         summary = _run_awaitable(summary)
@@ -280,14 +407,18 @@ def _perform_sync(
 async def _perform_async(
     op: StoreCall[Any] | Summarize | Call, store: Any, summarizer: Summarizer | None
 ) -> Any:
-    if isinstance(op, StoreCall):
-        method = getattr(store, "async_" + op.method, None)
-        if method is None:
-            return await _async_fallback(store, op)
-        return await method(*op.args)
     if isinstance(op, Call):
         return await op.awaiting()
-    assert summarizer is not None
+    if isinstance(op, StoreCall):
+        if op.method == "save_many":
+            return await fallbacks.async_save_many(store, *op.args)
+        if op.method == "save_if":
+            return await fallbacks.async_save_if(store, *op.args)
+        if op.method == "load_range":
+            return await fallbacks.async_load_range(store, *op.args)
+        return await getattr(store, "async_" + op.method)(*op.args)
+    if summarizer is None:
+        raise RuntimeError("this plan asked to summarize, but its runner has no summarizer")
     async_summarize = getattr(summarizer, "async_summarize", None)
     if async_summarize is not None:
         summary = await async_summarize(op.turns)
@@ -302,59 +433,6 @@ async def _perform_async(
     if inspect.isawaitable(summary):
         summary = await summary
     return summary
-
-
-# A store written against the protocol before it had save_many, save_if and load_range still
-# works through these, for one process: the conversation's lock serialises its writers there,
-# but nothing guards against another process, so a shared store needs the real methods.
-
-
-def _fallback(store: Any, op: StoreCall[Any]) -> Any:
-    if op.method == "save_many":
-        namespace, entries = op.args
-        for entry in entries:
-            store.save(namespace, entry)
-        return None
-    if op.method == "save_if":
-        namespace, entry, expected = op.args
-        if not _won(store.load_by_key(namespace, entry.key), expected):
-            return False
-        store.save(namespace, entry)
-        return True
-    if op.method == "load_range":
-        namespace, start, stop = op.args
-        return _in_range(store.load(namespace), start, stop)
-    raise AttributeError(f"{type(store).__name__} has no {op.method}()")
-
-
-async def _async_fallback(store: Any, op: StoreCall[Any]) -> Any:
-    if op.method == "save_many":
-        namespace, entries = op.args
-        for entry in entries:
-            await store.async_save(namespace, entry)
-        return None
-    if op.method == "save_if":
-        namespace, entry, expected = op.args
-        if not _won(await store.async_load_by_key(namespace, entry.key), expected):
-            return False
-        await store.async_save(namespace, entry)
-        return True
-    if op.method == "load_range":
-        namespace, start, stop = op.args
-        return _in_range(await store.async_load(namespace), start, stop)
-    raise AttributeError(f"{type(store).__name__} has no async_{op.method}()")
-
-
-def _won(holder: Any, expected: int | None) -> bool:
-    if expected is None:
-        return holder is None
-    return holder is not None and getattr(holder, "version", 0) == expected
-
-
-def _in_range(entries: list[Any], start: str, stop: str) -> list[Any]:
-    found = [e for e in entries if e.key is not None and start <= e.key < stop]
-    found.sort(key=lambda e: e.key)
-    return found
 
 
 def _run_awaitable(awaitable: Awaitable[Any]) -> Any:
