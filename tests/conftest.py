@@ -65,9 +65,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if not config.getoption(IMPL_TESTS_RAN):
         return
     if _backend.BACKEND != "python":
-        raise pytest.UsageError(
-            f"{IMPL_TESTS_RAN} is for the MEMLANE_PURE_PYTHON=1 pass only"
-        )
+        raise pytest.UsageError(f"{IMPL_TESTS_RAN} is for the MEMLANE_PURE_PYTHON=1 pass only")
     if rust_core() is None:
         raise pytest.UsageError(
             f"{IMPL_TESTS_RAN}: memlane._core cannot be imported, so no Rust pass ran the impl "
@@ -102,15 +100,12 @@ def _runs_both_twins(item: pytest.Item) -> bool:
     """Whether the test checks both implementations whatever the process's backend: it takes
     ``impl``, or it is marked ``twins`` (it builds the Rust class and the twin itself)."""
     return (
-        "impl" in getattr(item, "fixturenames", ())
-        or item.get_closest_marker("twins") is not None
+        "impl" in getattr(item, "fixturenames", ()) or item.get_closest_marker("twins") is not None
     )
 
 
 @pytest.hookimpl(trylast=True)  # after -k and -m: count only what the selection kept
-def pytest_collection_modifyitems(
-    config: pytest.Config, items: list[pytest.Item]
-) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Leaves out the ``impl`` and ``twins`` tests under :data:`IMPL_TESTS_RAN`."""
     if config.getoption(IMPL_TESTS_RAN):
         ran = [item for item in items if _runs_both_twins(item)]
@@ -280,9 +275,7 @@ def postgres_server(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[db_servers.Server]:
     """A PostgreSQL server for the whole run (started here unless one is given)."""
-    server = _start_server(
-        "PostgreSQL", db_servers.start_postgres, tmp_path_factory.mktemp("pg")
-    )
+    server = _start_server("PostgreSQL", db_servers.start_postgres, tmp_path_factory.mktemp("pg"))
     yield server
     server.stop()
 
@@ -292,8 +285,6 @@ def mongodb_server(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[db_servers.Server]:
     """A MongoDB-wire server (FerretDB unless one is given) for the whole run."""
-    server = _start_server(
-        "MongoDB", db_servers.start_ferretdb, tmp_path_factory.mktemp("mongo")
-    )
+    server = _start_server("MongoDB", db_servers.start_ferretdb, tmp_path_factory.mktemp("mongo"))
     yield server
     server.stop()
