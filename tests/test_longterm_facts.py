@@ -450,19 +450,21 @@ class TestRecall:
     ) -> None:
         """A search over many facts validates the few whose stored key or search text
         matches, not every visible fact."""
+        # Recall reads visible facts through recall.read_fact (facts._fact before the parts).
         from memlane.longterm import facts as facts_mod
+        from memlane.longterm import recall as recall_mod
 
         for i in range(40):
             await call(way, memory, "remember", f"note_{i}", f"text {i}")
         await call(way, memory, "remember", "local_time_zone", "Australia/Adelaide")
         read: list[str | None] = []
-        real = facts_mod._fact
+        real = facts_mod.read_fact
 
         def counted(entry: Any, where: str) -> Any:
             read.append(entry.key)
             return real(entry, where)
 
-        monkeypatch.setattr(facts_mod, "_fact", counted)
+        monkeypatch.setattr(recall_mod, "read_fact", counted)
         by_query = await call(way, memory, "recall", query="local time")
         assert [f.key for f in by_query] == ["local_time_zone"]
         assert read == ["local_time_zone"]

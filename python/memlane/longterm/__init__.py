@@ -1,9 +1,14 @@
 """Long-term memory: what agents keep across conversations.
 
-* :class:`LongTermMemory` (``memory.py``) composes the kinds of record over one store.
-* Facts (``facts.py``, models in ``model.py``): key-value knowledge in the scopes session,
-  user, agent and global, confirmed, updated with history, contradicted, recalled through the
-  scope hierarchy or by the fuzzy rule of ``fuzzy.py``.
+* :class:`LongTermMemory` (``long_term_memory.py``) holds one part per kind of record, all
+  sharing one store and one embedder slot (``storage.py``).
+* Facts (``facts.py``; models in ``model.py``, namespaces and scope checks in
+  ``fact_scopes.py``): key-value knowledge in the scopes session, user, agent and global,
+  confirmed, updated with history, contradicted.
+* Episodes (``episodes.py``, data in ``episode_model.py``), procedures (``procedures.py``),
+  users (``users.py``, data in ``user_model.py``).
+* Finding: ``recall.py`` (the fuzzy rule of ``fuzzy.py``, through the scope hierarchy) and
+  ``ranked_search.py`` (ranked by the store's index).
 * :meth:`LongTermMemory.forget_user` (``forget.py``): every record of one person, at once.
 * :func:`create_fact_extractor` (``extraction.py``): facts a model finds in conversation
   turns, merged through ``remember``.
@@ -17,7 +22,7 @@ from memlane.errors import ProcedureNotFoundError, UserNotFoundError
 from memlane.longterm.episodes import Episode, EpisodeOutcome
 from memlane.longterm.forget import ForgetReport
 from memlane.longterm.fuzzy import fuzzy_match, query_words
-from memlane.longterm.memory import LongTermMemory
+from memlane.longterm.long_term_memory import LongTermMemory
 from memlane.longterm.model import Fact, FactRevision, FactScope, FactType, RememberResult
 from memlane.longterm.procedures import Procedure, ProcedureType
 from memlane.longterm.users import MemoryUser, UserContext

@@ -1,127 +1,78 @@
 """Episodes: what happened in a past agent run, kept so later runs can learn from it.
 
 An episode records what triggered a run, its input, the conversation's messages, the tool
-calls made (each with its result), the outcome, the timing and, optionally, human feedback.
-:meth:`EpisodesMixin.record_episode` stores one from its parts and
-:meth:`EpisodesMixin.episode_from_run` builds and stores one from a pydantic-ai run result.
+calls made (each with its result), the outcome, the timing and, optionally, human feedback
+(the data and how it is built: :mod:`memlane.longterm.episode_model`).
+:meth:`Episodes.record_episode` stores one from its parts and :meth:`Episodes.episode_from_run`
+builds and stores one from a pydantic-ai run result.
 
-Every episode lives in one namespace of the store, keyed by its id; :meth:`episodes` reads
-that namespace and filters it, so listing costs one read of every stored episode.
+Every episode lives in one namespace of the store, keyed by its id; :meth:`Episodes.episodes`
+reads that namespace and filters it, so listing costs one read of every stored episode.
 """
 
 from __future__ import annotations
 
-import math
-import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, Field, field_validator
 from pydantic_core import to_jsonable_python
 
 from memlane._runner import Plan, Step, StoreCall, async_method, sync_method
-from memlane._validate import check_identifier, check_positive_int, check_str, type_name
+from memlane._validate import check_identifier, check_positive_int, type_name
+from memlane.longterm.episode_model import (
+    EPISODES_NAMESPACE,
+    Episode,
+    EpisodeOutcome,
+    build_episode,
+    check_actions,
+    check_messages,
+    episode_entry,
+    first_prompt,
+    loaded_episodes,
+    run_actions,
+    run_timing,
+)
 from memlane.longterm.fuzzy import matches_words
-from memlane.longterm.model import check_json_value, namespace, render_value
-from memlane.stores import MemoryStore
-from memlane.stores.protocol import SEARCH_TEXT
-from memlane.types import MemoryEntry, MemoryScope, as_utc, utc_now
+from memlane.longterm.storage import Storage
 
 if TYPE_CHECKING:
     from pydantic_ai.messages import ModelMessage
     from pydantic_ai.run import AgentRunResult
 
+    from memlane.stores import MemoryStore
+    from memlane.types import MemoryEntry
+
 # pydantic-ai is imported where messages are read or written, not with long-term memory.
 
-__all__ = ["EPISODES_NAMESPACE", "Episode", "EpisodeOutcome", "EpisodesMixin"]
+__all__ = [
+    "EPISODES_NAMESPACE",
+    "Episode",
+    "EpisodeOutcome",
+    "Episodes",
+    "build_episode",
+    "check_actions",
+    "check_messages",
+    "load_episodes_plan",
+    "run_actions",
+    "search_episodes_plan",
+]
 
-EPISODES_NAMESPACE = namespace("longterm", "episodes")
-"""The namespace every episode is stored in, keyed by :attr:`Episode.id`."""
 
+class Episodes:
+    """The episodes of one long-term memory; every operation has an ``async_`` twin.
 
-class EpisodeOutcome(BaseModel):
-    """How a run ended.
-
-    Attributes:
-        success: Whether it reached its goal.
-        output: The final output (any plain JSON value).
-        error: What went wrong, for a failure.
+    Args:
+        storage: The store (and embedder slot) the memory's parts share.
     """
 
-    success: bool
-    output: Any = None
-    error: str | None = None
-
-
-class Episode(BaseModel):
-    """One past agent run.
-
-    Attributes:
-        id: Unique id (uuid4 hex).
-        trigger: What started the run, e.g. ``"user_message"`` or ``"schedule"``.
-        input: What the run was given (any plain JSON value).
-        messages: The run's messages as JSON objects (pydantic-ai's message shape when they
-            came from pydantic-ai; :meth:`model_messages` turns them back into messages).
-        actions: The tool calls, in order, each ``{"tool": name, "args": {...}, "result": ...}``
-            (an episode built from a run adds ``tool_call_id`` and the return's ``outcome``).
-        outcome: Success or failure, the final output and the error.
-        started_at: When the run started, aware UTC.
-        ended_at: When it ended, aware UTC.
-        duration: ``ended_at - started_at`` in seconds.
-        rating: Optional human rating (any finite number, on the caller's scale).
-        comment: Optional human comment.
-        agent_id: The agent that ran.
-        user_id: The user it ran for, if any.
-        conversation_id: The conversation it belonged to, if any.
-    """
-
-    id: str = Field(default_factory=lambda: uuid.uuid4().hex)
-    trigger: str
-    input: Any = None
-    messages: list[dict[str, Any]] = Field(default_factory=list)
-    actions: list[dict[str, Any]] = Field(default_factory=list)
-    outcome: EpisodeOutcome
-    started_at: datetime
-    ended_at: datetime
-    duration: float = Field(ge=0.0)
-    rating: float | None = None
-    comment: str | None = None
-    agent_id: str
-    user_id: str | None = None
-    conversation_id: str | None = None
-
-    @field_validator("started_at", "ended_at")
-    @classmethod
-    def _utc(cls, value: datetime) -> datetime:
-        return as_utc(value)
+    def __init__(self, storage: Storage) -> None:
+        self._storage = storage
 
     @property
-    def success(self) -> bool:
-        """Whether the run succeeded (``outcome.success``)."""
-        return self.outcome.success
-
-    def model_messages(self) -> list[ModelMessage]:
-        """The messages as pydantic-ai messages.
-
-        Raises:
-            pydantic.ValidationError: A message is a plain dict not in pydantic-ai's shape.
-        """
-        from pydantic_ai.messages import ModelMessagesTypeAdapter
-
-        messages: list[ModelMessage] = ModelMessagesTypeAdapter.validate_python(self.messages)
-        return messages
-
-    def search_text(self) -> str:
-        """What recall's fuzzy search matches: the trigger, the input and the output."""
-        texts = [self.trigger, render_value(self.input), render_value(self.outcome.output)]
-        return "\n".join(texts)
-
-
-class EpisodesMixin:
-    """Episode operations of :class:`~memlane.longterm.LongTermMemory`; each has an ``async_`` twin."""
-
-    store: MemoryStore
+    def store(self) -> MemoryStore:
+        """The store the episodes live in (the runner runs the plans against it)."""
+        return self._storage.store
 
     def _record_episode(
         self,
@@ -236,11 +187,11 @@ class EpisodesMixin:
         # pydantic-ai marks the structured-output tool only on the result (a private field,
         # read defensively): its call carries the output, which the episode already holds.
         output_tool = getattr(result, "_output_tool_name", None)
-        started_at, ended_at = _timing(run_messages)
+        started_at, ended_at = run_timing(run_messages)
         episode = build_episode(
             agent_id=agent_id,
             trigger=trigger,
-            input=_first_prompt(run_messages) if input is None else input,
+            input=first_prompt(run_messages) if input is None else input,
             messages=run_messages,
             actions=run_actions(run_messages, skip_tool=output_tool),
             success=True,
@@ -290,7 +241,7 @@ class EpisodesMixin:
         def pick(entries: list[MemoryEntry]) -> list[Episode]:
             found = [
                 episode
-                for episode in _loaded(entries)
+                for episode in loaded_episodes(entries)
                 if (agent_id is None or episode.agent_id == agent_id)
                 and (user_id is None or episode.user_id == user_id)
                 and (success is None or episode.outcome.success is success)
@@ -302,208 +253,23 @@ class EpisodesMixin:
     episodes = sync_method(_episodes)
     async_episodes = async_method(_episodes)
 
-    def _search_episodes_plan(self, words: list[str], limit: int) -> Plan[list[Episode]]:
-        """Episodes whose trigger, input or output match ``words`` by the fuzzy rule.
 
-        Recall's hook for ``memory_type="episodes"``: most recent first, at most ``limit``.
-        """
-        entries: list[MemoryEntry] = yield StoreCall("load", (EPISODES_NAMESPACE,))
-        found = [e for e in _loaded(entries) if matches_words(words, e.search_text())]
-        return found[:limit]
+def load_episodes_plan() -> Plan[list[Episode]]:
+    """Every stored episode, most recent first (for other parts: a user's context)."""
+    entries: list[MemoryEntry] = yield StoreCall("load", (EPISODES_NAMESPACE,))
+    return loaded_episodes(entries)
 
 
-# ---------------------------------------------------------------------------- building
+def search_episodes_plan(words: list[str], limit: int) -> Plan[list[Episode]]:
+    """Episodes whose trigger, input or output match ``words`` by the fuzzy rule.
 
-
-def build_episode(
-    *,
-    agent_id: object,
-    trigger: object,
-    input: object,  # the issue's public name
-    messages: object,
-    actions: object,
-    success: object,
-    output: object,
-    error: object,
-    user_id: object,
-    conversation_id: object,
-    started_at: object,
-    ended_at: object,
-    rating: object,
-    comment: object,
-) -> Episode:
-    """An :class:`Episode` from checked arguments (every check of :meth:`record_episode`)."""
-    if not isinstance(success, bool):
-        raise TypeError(f"success must be bool, not {type_name(success)}")
-    end = utc_now() if ended_at is None else as_utc(_check_time(ended_at, "ended_at"))
-    start = end if started_at is None else as_utc(_check_time(started_at, "started_at"))
-    if start > end:
-        raise ValueError(f"started_at must not be after ended_at, got {start} > {end}")
-    return Episode.model_construct(
-        id=uuid.uuid4().hex,
-        trigger=check_identifier(trigger, "trigger"),
-        input=check_json_value(input, "input"),
-        messages=check_messages(messages),
-        actions=check_actions(actions),
-        outcome=EpisodeOutcome(
-            success=success,
-            output=check_json_value(output, "output"),
-            error=_optional_str(error, "error"),
-        ),
-        started_at=start,
-        ended_at=end,
-        duration=(end - start).total_seconds(),
-        rating=_check_rating(rating),
-        comment=_optional_str(comment, "comment"),
-        agent_id=check_identifier(agent_id, "agent_id"),
-        user_id=_optional_id(user_id, "user_id"),
-        conversation_id=_optional_id(conversation_id, "conversation_id"),
-    )
-
-
-def check_messages(messages: object) -> list[dict[str, Any]]:
-    """Messages as JSON objects: pydantic-ai messages are serialised, dicts must be plain JSON.
-
-    Raises:
-        TypeError: Not a sequence, or an item neither a pydantic-ai message nor a dict.
+    Recall's search for ``memory_type="episodes"``: most recent first, at most ``limit``.
     """
-    from pydantic_ai.messages import ModelMessagesTypeAdapter, ModelRequest, ModelResponse
-
-    items = _sequence(messages, "messages")
-    found: list[dict[str, Any]] = []
-    for i, message in enumerate(items):
-        if isinstance(message, ModelRequest | ModelResponse):
-            found.extend(ModelMessagesTypeAdapter.dump_python([message], mode="json"))
-        elif isinstance(message, dict):
-            found.append(check_json_value(message, f"messages[{i}]"))
-        else:
-            raise TypeError(
-                f"messages[{i}] must be a pydantic-ai message or dict, not {type_name(message)}"
-            )
-    return found
-
-
-def check_actions(actions: object) -> list[dict[str, Any]]:
-    """Actions as plain JSON dicts, each naming its ``"tool"``.
-
-    Raises:
-        TypeError: Not a sequence of dicts, a ``"tool"`` that is not a ``str``, ``"args"``
-            that is not a dict, or a value that is not plain JSON.
-        ValueError: An empty tool name.
-    """
-    found: list[dict[str, Any]] = []
-    for i, action in enumerate(_sequence(actions, "actions")):
-        if not isinstance(action, dict):
-            raise TypeError(f"actions[{i}] must be dict, not {type_name(action)}")
-        check_identifier(action.get("tool"), f"actions[{i}]['tool']")
-        args = action.get("args", {})
-        if not isinstance(args, dict):
-            raise TypeError(f"actions[{i}]['args'] must be dict, not {type_name(args)}")
-        found.append(check_json_value(dict(action), f"actions[{i}]"))
-    return found
-
-
-def run_actions(
-    messages: Iterable[ModelMessage], *, skip_tool: str | None = None
-) -> list[dict[str, Any]]:
-    """The tool calls of ``messages``, in call order, each with the return that answered it."""
-    from pydantic_ai.messages import RetryPromptPart, ToolCallPart, ToolReturnPart
-
-    actions: list[dict[str, Any]] = []
-    by_call: dict[str, dict[str, Any]] = {}
-    for message in messages:
-        for part in message.parts:
-            if isinstance(part, ToolCallPart) and part.tool_name != skip_tool:
-                action = {
-                    "tool": part.tool_name,
-                    "args": to_jsonable_python(part.args_as_dict(), fallback=str),
-                    "result": None,
-                    "tool_call_id": part.tool_call_id,
-                    "outcome": None,
-                }
-                actions.append(action)
-                by_call[part.tool_call_id] = action
-            elif isinstance(part, ToolReturnPart) and part.tool_call_id in by_call:
-                answered = by_call[part.tool_call_id]
-                answered["result"] = to_jsonable_python(part.content, fallback=str)
-                answered["outcome"] = part.outcome
-            elif isinstance(part, RetryPromptPart) and part.tool_call_id in by_call:
-                answered = by_call[part.tool_call_id]
-                answered["result"] = part.model_response()
-                answered["outcome"] = "retried"
-    return actions
-
-
-def _timing(messages: list[ModelMessage]) -> tuple[datetime | None, datetime | None]:
-    stamps: list[datetime] = []
-    for message in messages:
-        if message.timestamp is not None:
-            stamps.append(message.timestamp)
-        stamps.extend(
-            stamp for part in message.parts if (stamp := getattr(part, "timestamp", None))
-        )
-    if not stamps:
-        return None, None
-    return min(stamps), max(stamps)
-
-
-def _first_prompt(messages: list[ModelMessage]) -> Any:
-    from pydantic_ai.messages import ModelRequest, UserPromptPart
-
-    for message in messages:
-        if isinstance(message, ModelRequest):
-            for part in message.parts:
-                if isinstance(part, UserPromptPart):
-                    return to_jsonable_python(part.content, fallback=str)
-    return None
+    entries: list[MemoryEntry] = yield StoreCall("load", (EPISODES_NAMESPACE,))
+    found = [e for e in loaded_episodes(entries) if matches_words(words, e.search_text())]
+    return found[:limit]
 
 
 def _save(episode: Episode) -> StoreCall[Episode]:
-    content = episode.model_dump(mode="json")
-    entry = MemoryEntry(
-        scope=MemoryScope.LONG_TERM,
-        key=episode.id,
-        content=content,
-        metadata={SEARCH_TEXT: episode.search_text()},
-        created_at=episode.ended_at,
-    )
-    # Returned as it will be read back (tuples become lists), so the two compare equal.
-    stored = Episode.model_validate(content)
+    entry, stored = episode_entry(episode)
     return StoreCall("save", (EPISODES_NAMESPACE, entry), lambda _: stored)
-
-
-def _loaded(entries: list[MemoryEntry]) -> list[Episode]:
-    """Stored episodes, most recent first; insertion order breaks ties, the later first."""
-    found = [Episode.model_validate(e.content) for e in reversed(entries) if e.key is not None]
-    found.sort(key=lambda episode: episode.ended_at, reverse=True)
-    return found
-
-
-def _sequence(value: object, name: str) -> list[Any]:
-    if isinstance(value, str | bytes | dict) or not isinstance(value, Iterable):
-        raise TypeError(f"{name} must be a sequence, not {type_name(value)}")
-    return list(value)
-
-
-def _check_time(value: object, name: str) -> datetime:
-    if not isinstance(value, datetime):
-        raise TypeError(f"{name} must be datetime or None, not {type_name(value)}")
-    return value
-
-
-def _check_rating(value: object) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(f"rating must be a number or None, not {type_name(value)}")
-    if not math.isfinite(value):
-        raise ValueError(f"rating must be finite, got {value!r}")
-    return float(value)
-
-
-def _optional_str(value: object, name: str) -> str | None:
-    return None if value is None else check_str(value, name)
-
-
-def _optional_id(value: object, name: str) -> str | None:
-    return None if value is None else check_identifier(value, name)

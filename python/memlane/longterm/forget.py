@@ -18,22 +18,24 @@ from pydantic import BaseModel, Field
 from memlane._runner import Plan, StoreCall, async_method, sync_method
 from memlane._validate import check_identifier, type_name
 from memlane.errors import UserNotFoundError
-from memlane.longterm.episodes import EPISODES_NAMESPACE
-from memlane.longterm.facts import fact_namespace
+from memlane.longterm.episode_model import EPISODES_NAMESPACE
+from memlane.longterm.fact_scopes import fact_namespace
+from memlane.longterm.facts import scope_facts_plan
 from memlane.longterm.model import FactScope, namespace
-from memlane.longterm.users import (
+from memlane.longterm.storage import Storage
+from memlane.longterm.user_model import (
     IDENTIFIERS_NAMESPACE,
     USERS_NAMESPACE,
     MemoryUser,
     user_from_content,
 )
+from memlane.longterm.users import resolve_user_plan
 
 if TYPE_CHECKING:
-    from memlane.longterm.model import Fact
     from memlane.stores import MemoryStore
     from memlane.types import MemoryEntry
 
-__all__ = ["ForgetMixin", "ForgetReport"]
+__all__ = ["ForgetReport", "UserEraser"]
 
 # The namespace listing every conversation (memlane.conversation.state.INDEX_NAMESPACE):
 # named here so that long-term memory does not import conversation memory for one string.
@@ -41,7 +43,7 @@ _CONVERSATIONS = "conversations"
 
 
 class ForgetReport(BaseModel):
-    """What :meth:`ForgetMixin.forget_user` removed, or would remove with ``dry_run``.
+    """What :meth:`UserEraser.forget_user` removed, or would remove with ``dry_run``.
 
     Attributes:
         user_ids: The user's id first, then the ids merged into them.
@@ -61,22 +63,23 @@ class ForgetReport(BaseModel):
     dry_run: bool = False
 
 
-class ForgetMixin:
-    """``forget_user`` of :class:`~memlane.longterm.LongTermMemory`, with its ``async_`` twin.
+class UserEraser:
+    """``forget_user`` of one long-term memory, with its ``async_`` twin.
 
-    Needs the facts and users mixins beside it in the class.
+    Reads users and facts through the plans of :mod:`memlane.longterm.users` and
+    :mod:`memlane.longterm.facts`.
+
+    Args:
+        storage: The store (and embedder slot) the memory's parts share.
     """
 
-    store: MemoryStore
+    def __init__(self, storage: Storage) -> None:
+        self._storage = storage
 
-    if TYPE_CHECKING:
-        # Provided by FactsMixin and UsersMixin in LongTermMemory's bases.
-
-        def _scope_facts_plan(self, scope: FactScope, scope_id: str | None) -> Plan[list[Fact]]:
-            pass
-
-        def _resolve_plan(self, user_id: str) -> Plan[MemoryUser | None]:
-            pass
+    @property
+    def store(self) -> MemoryStore:
+        """The store the records live in (the runner runs the plans against it)."""
+        return self._storage.store
 
     def _forget_user(self, user_id: str, *, dry_run: bool = False) -> Plan[ForgetReport]:
         """Deletes every long-term record of a person: their ``user`` facts, their episodes,
@@ -118,7 +121,7 @@ class ForgetMixin:
                 index.append(claim)
         facts: list[str] = []
         for uid in ids:
-            held_facts = yield from self._scope_facts_plan(FactScope.USER, uid)
+            held_facts = yield from scope_facts_plan(FactScope.USER, uid)
             facts.extend(namespace(FactScope.USER.value, uid, fact.key) for fact in held_facts)
         all_episodes: list[MemoryEntry] = yield StoreCall("load", (EPISODES_NAMESPACE,))
         episodes = [e for e in all_episodes if _episode_user(e) in ids and e.key is not None]
@@ -148,13 +151,13 @@ class ForgetMixin:
 
     def _person_plan(self, text: str) -> Plan[MemoryUser]:
         """The user ``text`` names: an id or merged id, else a channel identifier."""
-        user = yield from self._resolve_plan(text)
+        user = yield from resolve_user_plan(text)
         if user is None and ":" in text:
             claim: MemoryEntry | None = yield StoreCall(
                 "load_by_key", (IDENTIFIERS_NAMESPACE, text)
             )
             if claim is not None and isinstance(claim.content, str):
-                user = yield from self._resolve_plan(claim.content)
+                user = yield from resolve_user_plan(claim.content)
         if user is None:
             raise UserNotFoundError(
                 f"no user {text!r} (looked up as a user id, a merged id and a channel:id)"

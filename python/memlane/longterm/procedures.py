@@ -12,7 +12,7 @@ all case-insensitive substrings of the goal:
 A procedure matches a goal when every condition it has holds (one without conditions
 matches every goal). A phrase is one ``str`` or a list of them, never empty.
 
-Each procedure is one keyed entry of one namespace. :meth:`ProceduresMixin.record_procedure_use`
+Each procedure is one keyed entry of one namespace. :meth:`Procedures.record_procedure_use`
 changes it with the store's ``save_if`` against the version it read, retrying when another
 writer got there first, so uses recorded at once by any number of processes all count.
 """
@@ -33,6 +33,7 @@ from memlane._validate import check_identifier, check_str, type_name
 from memlane.errors import CorruptStoreError, ProcedureNotFoundError
 from memlane.longterm.fuzzy import matches_words
 from memlane.longterm.model import check_enum, check_json_value, namespace, render_value
+from memlane.longterm.storage import Storage
 from memlane.stores import MemoryStore
 from memlane.stores.protocol import SEARCH_TEXT
 from memlane.types import MemoryEntry, MemoryScope, as_utc, utc_now
@@ -43,7 +44,8 @@ __all__ = [
     "Procedure",
     "ProcedureNotFoundError",
     "ProcedureType",
-    "ProceduresMixin",
+    "Procedures",
+    "search_procedures_plan",
     "update_record",
 ]
 
@@ -51,7 +53,7 @@ PROCEDURES_NAMESPACE = namespace("longterm", "procedures")
 """The namespace every procedure is stored in, keyed by :attr:`Procedure.id`."""
 
 CONDITION_KINDS = ("goal_contains", "goal_contains_all", "goal_excludes")
-"""The trigger-condition kinds :meth:`ProceduresMixin.add_procedure` accepts."""
+"""The trigger-condition kinds :meth:`Procedures.add_procedure` accepts."""
 
 
 class ProcedureType(str, enum.Enum):
@@ -130,10 +132,20 @@ class Procedure(BaseModel):
         return "\n".join([self.name, render_value(self.content), *phrases])
 
 
-class ProceduresMixin:
-    """Procedure operations of :class:`~memlane.longterm.LongTermMemory`; each has an ``async_`` twin."""
+class Procedures:
+    """The procedures of one long-term memory; every operation has an ``async_`` twin.
 
-    store: MemoryStore
+    Args:
+        storage: The store (and embedder slot) the memory's parts share.
+    """
+
+    def __init__(self, storage: Storage) -> None:
+        self._storage = storage
+
+    @property
+    def store(self) -> MemoryStore:
+        """The store the procedures live in (the runner runs the plans against it)."""
+        return self._storage.store
 
     def _add_procedure(
         self,
@@ -267,17 +279,18 @@ class ProceduresMixin:
     match_procedures = sync_method(_match_procedures)
     async_match_procedures = async_method(_match_procedures)
 
-    def _search_procedures_plan(self, words: list[str], limit: int) -> Plan[list[Procedure]]:
-        """Procedures whose name, content or trigger phrases match ``words`` by the fuzzy rule.
-
-        Recall's hook for ``memory_type="procedures"``: in the order added, at most ``limit``.
-        """
-        entries: list[MemoryEntry] = yield StoreCall("load", (PROCEDURES_NAMESPACE,))
-        found = [p for p in _loaded(entries) if matches_words(words, p.search_text())]
-        return found[:limit]
-
 
 # ---------------------------------------------------------------------------- records
+
+
+def search_procedures_plan(words: list[str], limit: int) -> Plan[list[Procedure]]:
+    """Procedures whose name, content or trigger phrases match ``words`` by the fuzzy rule.
+
+    Recall's search for ``memory_type="procedures"``: in the order added, at most ``limit``.
+    """
+    entries: list[MemoryEntry] = yield StoreCall("load", (PROCEDURES_NAMESPACE,))
+    found = [p for p in _loaded(entries) if matches_words(words, p.search_text())]
+    return found[:limit]
 
 
 def update_record(where: str, key: str, change: Callable[[Any], Any]) -> Plan[Any | None]:

@@ -1,8 +1,8 @@
 """Users recognised across channels: one person on Telegram and by email is one memory user.
 
 A :class:`MemoryUser` has its own ``id`` and the channel identifiers it was seen under.
-:meth:`UsersMixin.identify_user` finds the user of a channel identifier, creating them on
-first sight; :meth:`UsersMixin.merge_users` makes two users one, and every later lookup of
+:meth:`Users.identify_user` finds the user of a channel identifier, creating them on
+first sight; :meth:`Users.merge_users` makes two users one, and every later lookup of
 the merged one follows ``merged_into_id`` to the user it now is.
 
 Storage, and why it is safe with many processes:
@@ -18,30 +18,41 @@ Storage, and why it is safe with many processes:
 A user's ``preferences`` are a cache of their ``user_preference`` facts in the ``user`` scope
 (``scope_id`` the user's id). Every read through this module (``identify_user``,
 ``get_user``, ``user_context``) compares the cache with the facts and rewrites it when they
-differ, so what it returns always equals the facts; the facts module may call
-:meth:`UsersMixin._refresh_preferences_plan` after remembering a preference to refresh the
-stored copy at once.
+differ, so what it returns always equals the facts; the facts part calls
+:meth:`Users.refresh_preferences_plan` after a preference changed, to refresh the stored copy
+at once. (The data: :mod:`memlane.longterm.user_model`.)
 """
 
 from __future__ import annotations
 
-import uuid
-from datetime import datetime
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
-
-from pydantic import BaseModel, Field, ValidationError, computed_field, field_validator
 
 from memlane._runner import Plan, StoreCall, async_method, sync_method
 from memlane._validate import check_identifier, check_positive_int, type_name
 from memlane.errors import CorruptStoreError, UserNotFoundError
-from memlane.longterm.episodes import Episode
-from memlane.longterm.model import Fact, FactScope, FactType, namespace, render_value
+from memlane.longterm.episode_model import Episode
+from memlane.longterm.episodes import load_episodes_plan
+from memlane.longterm.facts import delete_fact_plan, remember_plan, scope_facts_plan
+from memlane.longterm.model import Fact, FactScope, FactType, namespace
 from memlane.longterm.procedures import update_record
-from memlane.stores import MemoryStore
-from memlane.types import MemoryEntry, MemoryScope, as_utc, utc_now
+from memlane.longterm.storage import Storage
+from memlane.longterm.user_model import (
+    IDENTIFIERS_NAMESPACE,
+    USERS_NAMESPACE,
+    MemoryUser,
+    UserContext,
+    absorbed,
+    check_channel,
+    check_channel_user_id,
+    identifier,
+    user_entry,
+    user_from_content,
+)
+from memlane.types import MemoryEntry, MemoryScope, utc_now
 
 if TYPE_CHECKING:
-    from memlane.longterm.model import RememberResult
+    from memlane.stores import MemoryStore
 
 __all__ = [
     "IDENTIFIERS_NAMESPACE",
@@ -49,150 +60,33 @@ __all__ = [
     "MemoryUser",
     "UserContext",
     "UserNotFoundError",
-    "UsersMixin",
+    "Users",
+    "load_user_plan",
+    "require_user_plan",
+    "resolve_user_plan",
+    "user_from_content",
 ]
-
-USERS_NAMESPACE = namespace("longterm", "users")
-"""The namespace of user records, keyed by :attr:`MemoryUser.id`."""
-
-IDENTIFIERS_NAMESPACE = namespace("longterm", "user-identifiers")
-"""The identifier index: ``{channel}:{channel_user_id}`` → the id of the user it names."""
 
 _MAX_MERGE_CHAIN = 64
 
 
-class MemoryUser(BaseModel):
-    """One person, recognised on every channel they were seen on.
+class Users:
+    """The users of one long-term memory; every operation has an ``async_`` twin.
 
-    Attributes:
-        id: Unique id (uuid4 hex); facts and episodes about the user use it as ``user_id``.
-        canonical_id: ``{channel}:{channel_user_id}`` of the channel first seen on, e.g.
-            ``telegram:12345``; a merge keeps the surviving user's.
-        identifiers: Channel → the ids the user has there, in the order first seen.
-        display_name: How to address the user, if known.
-        preferences: Key → value of the user's ``user_preference`` facts (a cache of them).
-        conversation_ids: The conversations recorded by ``record_user_activity``.
-        message_count: Messages recorded by ``record_user_activity``.
-        created_at: When first seen, aware UTC.
-        last_seen_at: When activity was last recorded, or ``None``.
-        merged_into_id: The user this one was merged into, or ``None``.
-        merged_ids: The users merged into this one.
+    Reads the user's facts and episodes through the plans of :mod:`memlane.longterm.facts`
+    and :mod:`memlane.longterm.episodes`, which need no state of their own.
+
+    Args:
+        storage: The store (and embedder slot) the memory's parts share.
     """
 
-    id: str = Field(default_factory=lambda: uuid.uuid4().hex)
-    canonical_id: str
-    identifiers: dict[str, list[str]] = Field(default_factory=dict)
-    display_name: str | None = None
-    preferences: dict[str, Any] = Field(default_factory=dict)
-    conversation_ids: list[str] = Field(default_factory=list)
-    message_count: int = Field(default=0, ge=0)
-    created_at: datetime = Field(default_factory=utc_now)
-    last_seen_at: datetime | None = None
-    merged_into_id: str | None = None
-    merged_ids: list[str] = Field(default_factory=list)
-
-    @field_validator("created_at", "last_seen_at")
-    @classmethod
-    def _utc(cls, value: datetime | None) -> datetime | None:
-        return None if value is None else as_utc(value)
-
-    @computed_field  # type: ignore[prop-decorator]  # pydantic's documented pattern
-    @property
-    def conversation_count(self) -> int:
-        """How many conversations were recorded."""
-        return len(self.conversation_ids)
+    def __init__(self, storage: Storage) -> None:
+        self._storage = storage
 
     @property
-    def telegram_id(self) -> str | None:
-        """The first Telegram id, or ``None``."""
-        return self.channel_id("telegram")
-
-    @property
-    def email(self) -> str | None:
-        """The first email address, or ``None``."""
-        return self.channel_id("email")
-
-    def channel_id(self, channel: str) -> str | None:
-        """The first id the user has on ``channel``, or ``None``."""
-        ids = self.identifiers.get(channel)
-        return ids[0] if ids else None
-
-    def identifier_keys(self) -> list[str]:
-        """Every ``{channel}:{channel_user_id}`` naming the user."""
-        return [_identifier(c, i) for c, ids in self.identifiers.items() for i in ids]
-
-
-class UserContext(BaseModel):
-    """What memory knows about a user, for an agent's instructions.
-
-    Attributes:
-        user: The user.
-        facts: The user's facts (scope ``user``).
-        preferences: Key → value of the ``user_preference`` ones.
-        recent_episodes: The user's latest episodes, most recent first.
-    """
-
-    user: MemoryUser
-    facts: list[Fact] = Field(default_factory=list)
-    preferences: dict[str, Any] = Field(default_factory=dict)
-    recent_episodes: list[Episode] = Field(default_factory=list)
-
-    def to_context_string(self) -> str:
-        """The context as prompt text, one ``- ...`` line per fact and episode."""
-        name = self.user.display_name or self.user.canonical_id
-        lines = [f"User: {name}"]
-        if self.facts:
-            lines.append("Known facts:")
-            lines.extend(f"- {fact}" for fact in self.facts)
-        if self.recent_episodes:
-            lines.append("Recent episodes:")
-            for episode in self.recent_episodes:
-                status = "succeeded" if episode.outcome.success else "failed"
-                lines.append(f"- {episode.trigger}: {render_value(episode.input)} ({status})")
-        return "\n".join(lines)
-
-
-class UsersMixin:
-    """User operations of :class:`~memlane.longterm.LongTermMemory`; each has an ``async_`` twin.
-
-    Needs the facts and episodes mixins beside it in the class (for preferences, merges and
-    context).
-    """
-
-    store: MemoryStore
-
-    if TYPE_CHECKING:
-        # Provided by FactsMixin and EpisodesMixin in LongTermMemory's bases.
-
-        def _scope_facts_plan(self, scope: FactScope, scope_id: str | None) -> Plan[list[Fact]]:
-            pass
-
-        def _remember_plan(
-            self,
-            key: str,
-            value: Any,
-            scope: FactScope,
-            scope_id: str | None,
-            fact_type: FactType,
-            confidence: float,
-            overwrite: bool,
-        ) -> Plan[RememberResult]:
-            pass
-
-        def _forget(
-            self, key: str, *, scope: FactScope | str = "global", scope_id: str | None = None
-        ) -> Plan[bool]:
-            pass
-
-        def _episodes(
-            self,
-            *,
-            agent_id: str | None = None,
-            user_id: str | None = None,
-            success: bool | None = None,
-            limit: int | None = None,
-        ) -> Any:
-            pass
+    def store(self) -> MemoryStore:
+        """The store the users live in (the runner runs the plans against it)."""
+        return self._storage.store
 
     # ------------------------------------------------------------------ identity
 
@@ -217,7 +111,7 @@ class UsersMixin:
         Raises:
             TypeError, ValueError: A bad argument, named in the message. Nothing is written.
         """
-        key = _identifier(_check_channel(channel), _check_channel_user_id(channel_user_id))
+        key = identifier(check_channel(channel), check_channel_user_id(channel_user_id))
         if display_name is not None:
             check_identifier(display_name, "display_name")
         while True:
@@ -227,14 +121,14 @@ class UsersMixin:
                 if created is None:
                     continue  # another process claimed the identifier first: use theirs
                 return created
-            user = yield from self._resolve_plan(held.content)
+            user = yield from resolve_user_plan(held.content)
             if user is None:
                 raise CorruptStoreError(
                     f"identifier {key!r} in {IDENTIFIERS_NAMESPACE} names user "
                     f"{held.content!r}, which {USERS_NAMESPACE} does not hold"
                 )
             if display_name is not None and user.display_name != display_name:
-                user = yield from self._update_live_plan(
+                user = yield from update_live_user_plan(
                     user.id, lambda u: u.model_copy(update={"display_name": display_name})
                 )
             return (yield from self._fresh_preferences_plan(user))
@@ -250,7 +144,7 @@ class UsersMixin:
         user = MemoryUser(
             canonical_id=key, identifiers={channel: [channel_user_id]}, display_name=display_name
         )
-        record = _entry(user)
+        record = user_entry(user)
         # The record first: whoever reads the index entry must find the user it names.
         yield StoreCall("save_if", (USERS_NAMESPACE, record, None))
         claim = MemoryEntry(scope=MemoryScope.LONG_TERM, key=key, content=user.id)
@@ -265,7 +159,7 @@ class UsersMixin:
         Raises:
             TypeError, ValueError: ``user_id`` is not a non-empty ``str``.
         """
-        user = yield from self._resolve_plan(check_identifier(user_id, "user_id"))
+        user = yield from resolve_user_plan(check_identifier(user_id, "user_id"))
         if user is None:
             return None
         return (yield from self._fresh_preferences_plan(user))
@@ -291,8 +185,8 @@ class UsersMixin:
             UserNotFoundError: Either id names no user (a ``KeyError``); nothing is written.
             TypeError, ValueError: An id that is not a non-empty ``str``.
         """
-        source = yield from self._require_plan(check_identifier(source_id, "source_id"))
-        into = yield from self._require_plan(check_identifier(into_id, "into_id"))
+        source = yield from require_user_plan(check_identifier(source_id, "source_id"))
+        into = yield from require_user_plan(check_identifier(into_id, "into_id"))
         if source.id == into.id:
             return (yield from self._fresh_preferences_plan(into))
         target = into.id
@@ -303,14 +197,14 @@ class UsersMixin:
             return user.model_copy(update={"merged_into_id": target})
 
         try:
-            source = yield from self._update_user_plan(source.id, retire)
+            source = yield from update_user_plan(source.id, retire)
         except _MergedMeanwhile:
             # Another merge of the source won: merge what it became instead.
             return (yield from self._merge_users(source.id, target))
 
         # Into whatever the target is by now: were it merged meanwhile, a retired record
         # would keep what the source brings, and no lookup would ever see it.
-        into = yield from self._update_live_plan(target, lambda user: _absorbed(user, source))
+        into = yield from update_live_user_plan(target, lambda user: absorbed(user, source))
         for key in source.identifier_keys():
             yield from update_record(
                 IDENTIFIERS_NAMESPACE, key, lambda held: into.id if held == source.id else held
@@ -322,12 +216,12 @@ class UsersMixin:
     async_merge_users = async_method(_merge_users)
 
     def _move_facts_plan(self, source_id: str, into_id: str) -> Plan[None]:
-        moving = yield from self._scope_facts_plan(FactScope.USER, source_id)
-        held = {f.key: f for f in (yield from self._scope_facts_plan(FactScope.USER, into_id))}
+        moving = yield from scope_facts_plan(FactScope.USER, source_id)
+        held = {f.key: f for f in (yield from scope_facts_plan(FactScope.USER, into_id))}
         for fact in moving:
             kept = held.get(fact.key)
             newer = kept is None or fact.updated_at > kept.updated_at
-            yield from self._remember_plan(
+            yield from remember_plan(
                 fact.key,
                 fact.value,
                 FactScope.USER,
@@ -336,7 +230,10 @@ class UsersMixin:
                 fact.confidence,
                 newer,
             )
-            yield from self._forget(fact.key, scope=FactScope.USER, scope_id=source_id)
+            gone = yield from delete_fact_plan(fact.key, FactScope.USER, source_id)
+            if gone is not None and gone.fact_type is FactType.USER_PREFERENCE:
+                # The retired record's cache follows its facts too, as ``forget`` keeps it.
+                yield from self.refresh_preferences_plan(source_id)
 
     # ------------------------------------------------------------------ statistics and context
 
@@ -385,7 +282,7 @@ class UsersMixin:
                 }
             )
 
-        updated = yield from self._update_live_plan(user_id, count)
+        updated = yield from update_live_user_plan(user_id, count)
         return (yield from self._fresh_preferences_plan(updated))
 
     record_user_activity = sync_method(_record_user_activity)
@@ -406,12 +303,12 @@ class UsersMixin:
         """
         check_identifier(user_id, "user_id")
         check_positive_int(episodes, "episodes")
-        user = yield from self._require_plan(user_id)
-        facts = yield from self._scope_facts_plan(FactScope.USER, user.id)
+        user = yield from require_user_plan(user_id)
+        facts = yield from scope_facts_plan(FactScope.USER, user.id)
         user = yield from self._fresh_preferences_plan(user, facts)
         ids = {user.id, *user.merged_ids}
         recent: list[Episode] = []
-        for episode in (yield from _as_plan(self._episodes())):
+        for episode in (yield from load_episodes_plan()):
             if episode.user_id in ids:
                 recent.append(episode)
                 if len(recent) == episodes:
@@ -438,9 +335,9 @@ class UsersMixin:
             TypeError, ValueError: A bad argument, named in the message.
         """
         check_identifier(user_id, "user_id")
-        _check_channel_user_id(chat_id, "chat_id")
+        check_channel_user_id(chat_id, "chat_id")
         check_identifier(workflow_id, "workflow_id")
-        user = yield from self._require_plan(user_id)
+        user = yield from require_user_plan(user_id)
         return namespace("thread", user.id, workflow_id)
 
     thread_id = sync_method(_thread_id)
@@ -448,13 +345,13 @@ class UsersMixin:
 
     # ------------------------------------------------------------------ records
 
-    def _refresh_preferences_plan(self, user_id: str) -> Plan[MemoryUser | None]:
+    def refresh_preferences_plan(self, user_id: str) -> Plan[MemoryUser | None]:
         """Rewrites the stored preference cache of ``user_id`` from the facts, if it is stale.
 
-        For the facts module, after a ``user_preference`` fact of the ``user`` scope changed;
+        For the facts part, after a ``user_preference`` fact of the ``user`` scope changed;
         ``None`` (nothing written) when no user has that id.
         """
-        user = yield from self._load_plan(user_id)
+        user = yield from load_user_plan(user_id)
         if user is None:
             return None
         return (yield from self._fresh_preferences_plan(user))
@@ -464,7 +361,7 @@ class UsersMixin:
     ) -> Plan[MemoryUser]:
         """``user`` with preferences equal to their facts, stored if the cache was stale."""
         if facts is None:
-            facts = yield from self._scope_facts_plan(FactScope.USER, user.id)
+            facts = yield from scope_facts_plan(FactScope.USER, user.id)
         preferences = {f.key: f.value for f in facts if f.fact_type is FactType.USER_PREFERENCE}
         if preferences == user.preferences:
             return user
@@ -472,132 +369,74 @@ class UsersMixin:
             # A read never writes to a store opened read-only: the copy returned is right,
             # and the stored cache is refreshed by the next writable read.
             return user.model_copy(update={"preferences": preferences})
-        yield from self._update_user_plan(
+        yield from update_user_plan(
             user.id, lambda held: held.model_copy(update={"preferences": preferences})
         )
         return user.model_copy(update={"preferences": preferences})
 
-    def _load_plan(self, user_id: str) -> Plan[MemoryUser | None]:
-        held: MemoryEntry | None = yield StoreCall("load_by_key", (USERS_NAMESPACE, user_id))
-        return None if held is None else user_from_content(held.content)
 
-    def _resolve_plan(self, user_id: str) -> Plan[MemoryUser | None]:
-        """The user ``user_id`` names, following merges; ``None`` if there is none."""
-        user = yield from self._load_plan(user_id)
-        for _ in range(_MAX_MERGE_CHAIN):
-            if user is None or user.merged_into_id is None:
-                return user
-            user = yield from self._load_plan(user.merged_into_id)
-        raise CorruptStoreError(f"user {user_id!r} is merged in a chain longer than allowed")
+def load_user_plan(user_id: str) -> Plan[MemoryUser | None]:
+    """The user stored under ``user_id`` (merges not followed), or ``None``."""
+    held: MemoryEntry | None = yield StoreCall("load_by_key", (USERS_NAMESPACE, user_id))
+    return None if held is None else user_from_content(held.content)
 
-    def _require_plan(self, user_id: str) -> Plan[MemoryUser]:
-        user = yield from self._resolve_plan(user_id)
-        if user is None:
-            raise UserNotFoundError(f"no user with id {user_id!r}")
-        return user
 
-    def _update_user_plan(self, user_id: str, change: Any) -> Plan[MemoryUser]:
-        """Applies ``change`` (``MemoryUser`` → ``MemoryUser``) by compare-and-swap."""
+def resolve_user_plan(user_id: str) -> Plan[MemoryUser | None]:
+    """The user ``user_id`` names, following merges; ``None`` if there is none."""
+    user = yield from load_user_plan(user_id)
+    for _ in range(_MAX_MERGE_CHAIN):
+        if user is None or user.merged_into_id is None:
+            return user
+        user = yield from load_user_plan(user.merged_into_id)
+    raise CorruptStoreError(f"user {user_id!r} is merged in a chain longer than allowed")
 
-        def apply(content: Any) -> Any:
-            return change(user_from_content(content)).model_dump(mode="json")
 
-        stored = yield from update_record(USERS_NAMESPACE, user_id, apply)
-        if stored is None:
-            raise UserNotFoundError(f"no user with id {user_id!r}")
-        return user_from_content(stored)
+def require_user_plan(user_id: str) -> Plan[MemoryUser]:
+    """The user ``user_id`` names, following merges.
 
-    def _update_live_plan(self, user_id: str, change: Any) -> Plan[MemoryUser]:
-        """Applies ``change`` to the user ``user_id`` is now, following merges.
+    Raises:
+        UserNotFoundError: There is none.
+    """
+    user = yield from resolve_user_plan(user_id)
+    if user is None:
+        raise UserNotFoundError(f"no user with id {user_id!r}")
+    return user
 
-        A merge that retires the user between the lookup and the write makes the write lose
-        (the record's version moved on) and see ``merged_into_id``: the change is then
-        applied to the user it was merged into, so nothing lands on a retired record.
-        """
 
-        def live(user: MemoryUser) -> MemoryUser:
-            if user.merged_into_id is not None:
-                raise _MergedMeanwhile
-            return change(user)  # type: ignore[no-any-return]
+def update_user_plan(user_id: str, change: Callable[[MemoryUser], MemoryUser]) -> Plan[MemoryUser]:
+    """Applies ``change`` (``MemoryUser`` → ``MemoryUser``) by compare-and-swap."""
 
-        while True:
-            user = yield from self._require_plan(user_id)
-            try:
-                return (yield from self._update_user_plan(user.id, live))
-            except _MergedMeanwhile:
-                continue
+    def apply(content: Any) -> Any:
+        return change(user_from_content(content)).model_dump(mode="json")
+
+    stored = yield from update_record(USERS_NAMESPACE, user_id, apply)
+    if stored is None:
+        raise UserNotFoundError(f"no user with id {user_id!r}")
+    return user_from_content(stored)
+
+
+def update_live_user_plan(
+    user_id: str, change: Callable[[MemoryUser], MemoryUser]
+) -> Plan[MemoryUser]:
+    """Applies ``change`` to the user ``user_id`` is now, following merges.
+
+    A merge that retires the user between the lookup and the write makes the write lose
+    (the record's version moved on) and see ``merged_into_id``: the change is then
+    applied to the user it was merged into, so nothing lands on a retired record.
+    """
+
+    def live(user: MemoryUser) -> MemoryUser:
+        if user.merged_into_id is not None:
+            raise _MergedMeanwhile
+        return change(user)
+
+    while True:
+        user = yield from require_user_plan(user_id)
+        try:
+            return (yield from update_user_plan(user.id, live))
+        except _MergedMeanwhile:
+            continue
 
 
 class _MergedMeanwhile(Exception):
     """The user being changed was merged by another writer since it was looked up."""
-
-
-def _absorbed(into: MemoryUser, source: MemoryUser) -> MemoryUser:
-    identifiers = {channel: list(ids) for channel, ids in into.identifiers.items()}
-    for channel, ids in source.identifiers.items():
-        kept = identifiers.setdefault(channel, [])
-        kept.extend(i for i in ids if i not in kept)
-    conversations = [*into.conversation_ids]
-    conversations.extend(c for c in source.conversation_ids if c not in conversations)
-    seen = [t for t in (into.last_seen_at, source.last_seen_at) if t is not None]
-    merged = [*into.merged_ids, *(i for i in (source.id, *source.merged_ids) if i != into.id)]
-    return into.model_copy(
-        update={
-            "identifiers": identifiers,
-            "display_name": into.display_name or source.display_name,
-            "conversation_ids": conversations,
-            "message_count": into.message_count + source.message_count,
-            "last_seen_at": max(seen) if seen else None,
-            "created_at": min(into.created_at, source.created_at),
-            "merged_ids": list(dict.fromkeys(merged)),
-        }
-    )
-
-
-def _as_plan(step: Any) -> Plan[Any]:
-    """A plan from whatever a plan method returned (a plan, or a single store call)."""
-    if isinstance(step, StoreCall):
-        result = yield step
-        return result if step.then is None else step.then(result)
-    return (yield from step)
-
-
-def _identifier(channel: str, channel_user_id: str) -> str:
-    # Injective because a channel holds no ':': the first one ends it.
-    return f"{channel}:{channel_user_id}"
-
-
-def _check_channel(channel: object) -> str:
-    checked = check_identifier(channel, "channel")
-    if ":" in checked:
-        raise ValueError(f"channel must not contain ':', got {checked!r}")
-    return checked
-
-
-def _check_channel_user_id(value: object, name: str = "channel_user_id") -> str:
-    if isinstance(value, int) and not isinstance(value, bool):
-        return str(value)
-    if not isinstance(value, str):
-        raise TypeError(f"{name} must be str or int, not {type_name(value)}")
-    return check_identifier(value, name)
-
-
-def _entry(user: MemoryUser) -> MemoryEntry:
-    return MemoryEntry(
-        scope=MemoryScope.LONG_TERM,
-        key=user.id,
-        content=user.model_dump(mode="json"),
-        created_at=user.created_at,
-    )
-
-
-def user_from_content(content: Any) -> MemoryUser:
-    """The user a record of :data:`USERS_NAMESPACE` holds.
-
-    Raises:
-        CorruptStoreError: It does not hold one; names the namespace.
-    """
-    try:
-        return MemoryUser.model_validate(content)
-    except ValidationError as exc:
-        raise CorruptStoreError(f"corrupt user in {USERS_NAMESPACE}: {exc}") from exc

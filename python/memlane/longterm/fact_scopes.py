@@ -1,0 +1,84 @@
+"""Where facts live and which scopes a caller sees: namespaces and the checks of scopes and ids.
+
+Shared by every part that reads facts (facts, recall, search, forgetting a person) and by the
+records package, which lists facts without a memory.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from memlane._validate import check_identifier
+from memlane.longterm.model import FactScope, check_enum, namespace
+
+__all__ = [
+    "FACTS_PREFIX",
+    "MEMORY_TYPES",
+    "SCOPE_ORDER",
+    "check_ids",
+    "check_key",
+    "check_scope",
+    "fact_namespace",
+]
+
+MEMORY_TYPES = ("facts", "procedures", "episodes", "all")
+"""What ``recall(query=...)`` searches."""
+
+FACTS_PREFIX = ("longterm", "facts")
+"""The namespace parts every fact namespace starts with."""
+
+SCOPE_ORDER = (FactScope.SESSION, FactScope.USER, FactScope.AGENT, FactScope.GLOBAL)
+"""The scopes from the most specific to the least."""
+
+
+@functools.lru_cache(maxsize=4096)
+def fact_namespace(scope: FactScope, scope_id: str | None) -> str:
+    """The namespace holding the facts of one scope id (``global``: no id).
+
+    Cached: every read and write of a fact builds it, and escaping the parts costs more than
+    the store's lookup of the key.
+    """
+    if scope is FactScope.GLOBAL:
+        return namespace(*FACTS_PREFIX, scope.value)
+    assert scope_id is not None
+    return namespace(*FACTS_PREFIX, scope.value, scope_id)
+
+
+def check_scope(scope: object, scope_id: object) -> tuple[FactScope, str | None]:
+    """A scope and its id: required for every scope but ``global``, refused for ``global``.
+
+    Refusing an id for ``global`` catches ``remember(k, v, scope_id="u1")`` with the scope
+    forgotten, which would otherwise write a fact every user sees.
+    """
+    checked = check_enum(scope, FactScope, "scope")
+    if checked is FactScope.GLOBAL:
+        if scope_id is not None:
+            raise ValueError(
+                f"scope_id must be None for the global scope, got {scope_id!r} "
+                "(pass scope='session', 'user' or 'agent' to scope a fact)"
+            )
+        return checked, None
+    if scope_id is None:
+        raise ValueError(f"scope {checked.value!r} needs a scope_id")
+    return checked, check_identifier(scope_id, "scope_id")
+
+
+def check_ids(
+    session_id: object, user_id: object, agent_id: object
+) -> list[tuple[FactScope, str | None]]:
+    """The scopes visible from these ids, most specific first; ``global`` always."""
+    visible: list[tuple[FactScope, str | None]] = []
+    for scope, given, name in (
+        (FactScope.SESSION, session_id, "session_id"),
+        (FactScope.USER, user_id, "user_id"),
+        (FactScope.AGENT, agent_id, "agent_id"),
+    ):
+        if given is not None:
+            visible.append((scope, check_identifier(given, name)))
+    visible.append((FactScope.GLOBAL, None))
+    return visible
+
+
+def check_key(key: object) -> str:
+    """A fact's key: a non-empty ``str`` without NUL."""
+    return check_identifier(key, "key")

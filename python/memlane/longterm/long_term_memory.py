@@ -1,0 +1,208 @@
+"""LongTermMemory: facts, episodes, procedures and users over one store.
+
+The class holds its parts, each in its own module, all sharing one
+:class:`~memlane.longterm.storage.Storage` (the store, and the embedder slot semantic search
+will use):
+
+* :class:`~memlane.longterm.facts.Facts` — ``remember``, ``contradict``, ``forget``,
+  ``get_fact``, ``facts``;
+* :class:`~memlane.longterm.episodes.Episodes` — ``record_episode``, ``episode_from_run``,
+  ``episodes``;
+* :class:`~memlane.longterm.procedures.Procedures` — ``add_procedure``,
+  ``record_procedure_use``, ``get_procedure``, ``procedures``, ``match_procedures``;
+* :class:`~memlane.longterm.users.Users` — ``identify_user``, ``get_user``, ``merge_users``,
+  ``record_user_activity``, ``user_context``, ``thread_id`` (facts hold it, to keep a user's
+  cached preferences in step with their preference facts);
+* :class:`~memlane.longterm.recall.Recall` and
+  :class:`~memlane.longterm.ranked_search.RankedSearch` — ``recall`` and ``search`` across
+  the kinds of record;
+* :class:`~memlane.longterm.forget.UserEraser` — ``forget_user``.
+
+Each public method here forwards to its part's method of the same name (same signature and
+docstring), and every sync method has an ``async_`` twin running the same plan. Several
+``LongTermMemory`` objects, in any number of processes, may share a store.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any, ClassVar, Concatenate, ParamSpec, TypeVar
+
+from memlane.longterm.episodes import Episodes
+from memlane.longterm.facts import Facts
+from memlane.longterm.forget import UserEraser
+from memlane.longterm.procedures import Procedures
+from memlane.longterm.ranked_search import RankedSearch
+from memlane.longterm.recall import Recall
+from memlane.longterm.storage import Storage, check_embedder
+from memlane.longterm.users import Users
+from memlane.stores import InMemoryStore, MemoryStore
+
+if TYPE_CHECKING:
+    from memlane.longterm.storage import EmbedderLike
+
+__all__ = ["LongTermMemory"]
+
+P = ParamSpec("P")
+T = TypeVar("T")
+Part = TypeVar("Part")
+
+
+def _forward(
+    part: Callable[[LongTermMemory], Part], method: Callable[Concatenate[Part, P], T]
+) -> Callable[Concatenate[LongTermMemory, P], T]:
+    """``method`` of a part as a method of the memory: same name, signature and docstring."""
+
+    def forwarded(self: LongTermMemory, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return method(part(self), *args, **kwargs)
+
+    return _named(forwarded, method)
+
+
+def _forward_async(
+    part: Callable[[LongTermMemory], Part],
+    method: Callable[Concatenate[Part, P], Coroutine[Any, Any, T]],
+) -> Callable[Concatenate[LongTermMemory, P], Coroutine[Any, Any, T]]:
+    """:func:`_forward` for an ``async_`` method, itself a coroutine function."""
+
+    async def forwarded(self: LongTermMemory, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return await method(part(self), *args, **kwargs)
+
+    return _named(forwarded, method)
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _named(forwarded: F, method: Callable[..., Any]) -> F:
+    forwarded.__name__ = method.__name__
+    forwarded.__qualname__ = f"LongTermMemory.{method.__name__}"
+    forwarded.__doc__ = method.__doc__
+    # The part's signature (``self`` included) is the memory's: help() and IDEs show it.
+    forwarded.__signature__ = getattr(method, "__signature__", None)  # type: ignore[attr-defined]  # a function's documented override of inspect.signature
+    forwarded.__wrapped__ = method  # type: ignore[attr-defined]  # as functools.wraps sets it
+    return forwarded
+
+
+class LongTermMemory:
+    """Memory that outlives conversations: facts in a scope hierarchy, and more.
+
+    Every method has an ``async_`` twin running the same plan.
+
+    Args:
+        store: Where records live; a private :class:`~memlane.stores.InMemoryStore` by
+            default. Share a persistent store between processes to share what they learn.
+        embedder: The embedder semantic search will use: a pydantic-ai
+            :class:`~pydantic_ai.embeddings.Embedder`,
+            :class:`~pydantic_ai.embeddings.EmbeddingModel` or model name. Kept in the slot
+            every part shares, and not used yet: until semantic search arrives, recall and
+            search match words, with or without it.
+
+    Raises:
+        TypeError: ``embedder`` is none of those (the message names it).
+        ValueError: ``embedder`` is an empty name.
+
+    Example:
+        >>> memory = LongTermMemory()
+        >>> str(memory.remember("timezone", "Australia/Adelaide", scope="user", scope_id="u1"))
+        'timezone = Australia/Adelaide (created)'
+        >>> memory.get_fact("timezone", user_id="u1").value
+        'Australia/Adelaide'
+    """
+
+    CONTRADICTION_PENALTY: ClassVar[float] = Facts.CONTRADICTION_PENALTY
+    """How much confidence one ``contradict`` takes away by default (clamped at 0.0)."""
+
+    def __init__(
+        self, store: MemoryStore | None = None, *, embedder: EmbedderLike | None = None
+    ) -> None:
+        storage = Storage(store if store is not None else InMemoryStore(), check_embedder(embedder))
+        self._storage = storage
+        self._users = Users(storage)
+        self._facts = Facts(
+            storage, users=self._users, contradiction_penalty=self.CONTRADICTION_PENALTY
+        )
+        self._episodes = Episodes(storage)
+        self._procedures = Procedures(storage)
+        self._recall = Recall(storage)
+        self._search = RankedSearch(storage)
+        self._eraser = UserEraser(storage)
+
+    @property
+    def store(self) -> MemoryStore:
+        """Where the records live (shared by every part of this memory)."""
+        return self._storage.store
+
+    @property
+    def embedder(self) -> EmbedderLike | None:
+        """The embedder given to the constructor, or ``None``; not used yet (see the class)."""
+        return self._storage.embedder
+
+    def __dir__(self) -> list[str]:
+        # The parts are held privately: what an instance lists is the public API.
+        return [name for name in super().__dir__() if not name.startswith("_") or name[1] == "_"]
+
+    # ------------------------------------------------------------------ facts
+
+    remember = _forward(lambda m: m._facts, Facts.remember)
+    async_remember = _forward_async(lambda m: m._facts, Facts.async_remember)
+    contradict = _forward(lambda m: m._facts, Facts.contradict)
+    async_contradict = _forward_async(lambda m: m._facts, Facts.async_contradict)
+    forget = _forward(lambda m: m._facts, Facts.forget)
+    async_forget = _forward_async(lambda m: m._facts, Facts.async_forget)
+    get_fact = _forward(lambda m: m._facts, Facts.get_fact)
+    async_get_fact = _forward_async(lambda m: m._facts, Facts.async_get_fact)
+    facts = _forward(lambda m: m._facts, Facts.facts)
+    async_facts = _forward_async(lambda m: m._facts, Facts.async_facts)
+
+    # ------------------------------------------------------------------ finding
+
+    recall = _forward(lambda m: m._recall, Recall.recall)
+    async_recall = _forward_async(lambda m: m._recall, Recall.async_recall)
+    search = _forward(lambda m: m._search, RankedSearch.search)
+    async_search = _forward_async(lambda m: m._search, RankedSearch.async_search)
+
+    # ------------------------------------------------------------------ episodes
+
+    record_episode = _forward(lambda m: m._episodes, Episodes.record_episode)
+    async_record_episode = _forward_async(lambda m: m._episodes, Episodes.async_record_episode)
+    episode_from_run = _forward(lambda m: m._episodes, Episodes.episode_from_run)
+    async_episode_from_run = _forward_async(lambda m: m._episodes, Episodes.async_episode_from_run)
+    episodes = _forward(lambda m: m._episodes, Episodes.episodes)
+    async_episodes = _forward_async(lambda m: m._episodes, Episodes.async_episodes)
+
+    # ------------------------------------------------------------------ procedures
+
+    add_procedure = _forward(lambda m: m._procedures, Procedures.add_procedure)
+    async_add_procedure = _forward_async(lambda m: m._procedures, Procedures.async_add_procedure)
+    record_procedure_use = _forward(lambda m: m._procedures, Procedures.record_procedure_use)
+    async_record_procedure_use = _forward_async(
+        lambda m: m._procedures, Procedures.async_record_procedure_use
+    )
+    get_procedure = _forward(lambda m: m._procedures, Procedures.get_procedure)
+    async_get_procedure = _forward_async(lambda m: m._procedures, Procedures.async_get_procedure)
+    procedures = _forward(lambda m: m._procedures, Procedures.procedures)
+    async_procedures = _forward_async(lambda m: m._procedures, Procedures.async_procedures)
+    match_procedures = _forward(lambda m: m._procedures, Procedures.match_procedures)
+    async_match_procedures = _forward_async(
+        lambda m: m._procedures, Procedures.async_match_procedures
+    )
+
+    # ------------------------------------------------------------------ users
+
+    identify_user = _forward(lambda m: m._users, Users.identify_user)
+    async_identify_user = _forward_async(lambda m: m._users, Users.async_identify_user)
+    get_user = _forward(lambda m: m._users, Users.get_user)
+    async_get_user = _forward_async(lambda m: m._users, Users.async_get_user)
+    merge_users = _forward(lambda m: m._users, Users.merge_users)
+    async_merge_users = _forward_async(lambda m: m._users, Users.async_merge_users)
+    record_user_activity = _forward(lambda m: m._users, Users.record_user_activity)
+    async_record_user_activity = _forward_async(
+        lambda m: m._users, Users.async_record_user_activity
+    )
+    user_context = _forward(lambda m: m._users, Users.user_context)
+    async_user_context = _forward_async(lambda m: m._users, Users.async_user_context)
+    thread_id = _forward(lambda m: m._users, Users.thread_id)
+    async_thread_id = _forward_async(lambda m: m._users, Users.async_thread_id)
+    forget_user = _forward(lambda m: m._eraser, UserEraser.forget_user)
+    async_forget_user = _forward_async(lambda m: m._eraser, UserEraser.async_forget_user)

@@ -1,0 +1,187 @@
+"""Ranked search over facts, procedures and episodes, served by the store's own index.
+
+(Formerly ``memlane.longterm.search``, which still re-exports it.)
+
+``recall(query=...)`` is a pattern match: every word must occur, in order. :meth:`search`
+ranks instead: a record is found when it shares any word with the query, and records are
+ordered by relevance (more of the query's words, and rarer ones, score higher), then by
+confidence. Each record is written with its searchable text in the entry's
+``metadata["search_text"]`` (a fact: its key and value; a procedure: its name, content and
+trigger phrases; an episode: its trigger, input and output), so the store indexes it as it is
+saved and a search reads only the index's postings of the query's words — SQLite FTS5,
+PostgreSQL ``tsvector`` and ``pg_trgm``, an inverted index in memory (see
+:class:`~memlane.stores.SearchableStore`). A custom store without ``search`` is searched by
+reading the namespaces.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from memlane._runner import Call, Plan, StoreCall, async_method, sync_method
+from memlane._validate import check_fraction, check_positive_int, check_str
+from memlane.longterm.episode_model import EPISODES_NAMESPACE, Episode
+from memlane.longterm.fact_scopes import MEMORY_TYPES, check_ids, fact_namespace
+from memlane.longterm.model import Fact, FactScope
+from memlane.longterm.procedures import PROCEDURES_NAMESPACE, Procedure
+from memlane.longterm.storage import Storage
+from memlane.stores import MemoryStore, SearchHit
+from memlane.stores.protocol import rank_entries, search_terms
+from memlane.types import MemoryEntry
+
+__all__ = ["RankedSearch", "search_call"]
+
+Record = Fact | Procedure | Episode
+
+
+def search_call(
+    store: MemoryStore, namespaces: list[str], query: str, limit: int, floor: float
+) -> Call:
+    """One store search; a store without ``search`` reads the namespaces and ranks them."""
+
+    def blocking() -> list[SearchHit]:
+        search = getattr(store, "search", None)
+        if search is not None:
+            hits: list[SearchHit] = search(namespaces, query, limit=limit, min_importance=floor)
+            return hits
+        entries = [e for name in namespaces for e in store.load(name)]
+        return _ranked(entries, query, limit, floor)
+
+    async def awaiting() -> list[SearchHit]:
+        search = getattr(store, "async_search", None)
+        if search is not None:
+            hits: list[SearchHit] = await search(
+                namespaces, query, limit=limit, min_importance=floor
+            )
+            return hits
+        entries = [e for name in namespaces for e in await store.async_load(name)]
+        return _ranked(entries, query, limit, floor)
+
+    return Call(blocking, awaiting)
+
+
+def _ranked(entries: list[MemoryEntry], query: str, limit: int, floor: float) -> list[SearchHit]:
+    return rank_entries(entries, list(dict.fromkeys(search_terms(query))), limit, floor)
+
+
+class RankedSearch:
+    """``search`` of one long-term memory, with its ``async_`` twin.
+
+    Args:
+        storage: The store (and embedder slot) the memory's parts share.
+    """
+
+    def __init__(self, storage: Storage) -> None:
+        self._storage = storage
+
+    @property
+    def store(self) -> MemoryStore:
+        """The store searched (the runner runs the plans against it)."""
+        return self._storage.store
+
+    def _search(
+        self,
+        query: str,
+        *,
+        memory_type: str = "all",
+        limit: int = 10,
+        min_confidence: float = 0.5,
+        session_id: str | None = None,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+    ) -> Plan[list[Any]]:
+        """The records most relevant to ``query``, best first; always a list.
+
+        A record is found when its text shares at least one word with the query (words as
+        :func:`~memlane.stores.protocol.search_terms` splits them: letters and digits, any
+        case; everything else separates, so quotes, ``%``, FTS and ``$`` operators and regex
+        metacharacters are never syntax). Results are ordered by relevance (more of the
+        query's words, rarer words weighing more), then by confidence.
+
+        Facts are those visible from the ids (as :meth:`get_fact` sees them: a key held by a
+        more specific visible scope hides the less specific one) with a confidence of at
+        least ``min_confidence``; procedures and episodes have no confidence and are not
+        filtered by it. With ``memory_type="all"`` the three kinds are merged by relevance.
+
+        Args:
+            query: The words to search for; at least one.
+            memory_type: ``facts``, ``procedures``, ``episodes`` or ``all``.
+            limit: At most this many results.
+            min_confidence: 0.0–1.0, for facts.
+            session_id: See the session scope.
+            user_id: See the user scope.
+            agent_id: See the agent scope.
+
+        Returns:
+            :class:`~memlane.longterm.Fact`, :class:`~memlane.longterm.Procedure` and
+            :class:`~memlane.longterm.Episode` objects.
+
+        Raises:
+            TypeError, ValueError: A bad argument, named in the message, or a query without
+                words. Nothing is read.
+        """
+        check_str(query, "query")
+        if not search_terms(query):
+            raise ValueError(f"query must hold at least one word, got {query!r}")
+        if not isinstance(memory_type, str) or memory_type not in MEMORY_TYPES:
+            allowed = ", ".join(repr(t) for t in MEMORY_TYPES)
+            raise ValueError(f"memory_type must be one of {allowed}, got {memory_type!r}")
+        limit = check_positive_int(limit, "limit")
+        min_confidence = check_fraction(min_confidence, "min_confidence")
+        visible = check_ids(session_id, user_id, agent_id)
+
+        ranked: list[tuple[float, float, int, Record]] = []
+        if memory_type in ("facts", "all"):
+            found = yield from self._search_facts_plan(visible, query, limit, min_confidence)
+            ranked.extend((score, fact.confidence, len(ranked), fact) for score, fact in found)
+        for kind, where, load in (
+            ("procedures", PROCEDURES_NAMESPACE, Procedure.model_validate),
+            ("episodes", EPISODES_NAMESPACE, Episode.model_validate),
+        ):
+            if memory_type in (kind, "all"):
+                hits: list[SearchHit] = yield search_call(self.store, [where], query, limit, 0.0)
+                ranked.extend((h.score, 0.0, len(ranked), load(h.entry.content)) for h in hits)
+        ranked.sort(key=lambda r: (-r[0], -r[1], r[2]))
+        return [record for _, _, _, record in ranked[:limit]]
+
+    search = sync_method(_search)
+    async_search = async_method(_search)
+
+    def _search_facts_plan(
+        self,
+        visible: list[tuple[FactScope, str | None]],
+        query: str,
+        limit: int,
+        min_confidence: float,
+    ) -> Plan[list[tuple[float, Fact]]]:
+        """The visible facts most relevant to ``query``, with their scores, best first.
+
+        A hit from a less specific scope whose key a more specific visible scope also holds
+        is hidden (``get_fact`` would return the other); one ``load_by_key`` per such hit
+        tells, so hidden hits cost their count, never a read of the scopes.
+        """
+        names = [fact_namespace(scope, scope_id) for scope, scope_id in visible]
+        rank = {name: i for i, name in enumerate(names)}
+        # Hidden hits leave gaps; asking for more than ``limit`` fills them, and in the rare
+        # case it does not, the next round asks for twice as many.
+        wanted = limit * len(names)
+        while True:
+            hits: list[SearchHit] = yield search_call(
+                self.store, names, query, wanted, min_confidence
+            )
+            found: list[tuple[float, Fact]] = []
+            for hit in hits:
+                fact = Fact.model_validate(hit.entry.content)
+                level = rank[fact_namespace(fact.scope, fact.scope_id)]
+                hidden = False
+                for name in names[:level]:
+                    if (yield StoreCall("load_by_key", (name, fact.key))) is not None:
+                        hidden = True
+                        break
+                if not hidden:
+                    found.append((hit.score, fact))
+                if len(found) == limit:
+                    return found
+            if len(hits) < wanted:
+                return found
+            wanted *= 2
