@@ -17,7 +17,7 @@ import httpx
 import pytest
 from playwright.sync_api import Browser, expect
 
-from memlane import MemoryManager, SQLiteStore
+from memlane import MemoryManager, SQLiteStore, WorkingMemory
 from operator_data import Filled, fill
 from serve_process import Served, chromium, open_tab, screenshot
 
@@ -311,3 +311,37 @@ def test_conversation_view_and_forgetting_a_user(browser: Browser, tmp_path: Pat
             assert _api(served, "episodes/")["total"] == 0
         finally:
             context.close()
+
+
+def test_editing_a_working_key_with_a_slash(browser: Browser, tmp_path: Path) -> None:
+    """A working-memory key holding "/", "?", "#", "%", a space and other scripts is edited
+    in place from the page, and only that entry changes."""
+    path = tmp_path / "memory.sqlite3"
+    store = SQLiteStore(str(path))
+    fill(MemoryManager(store=store, long_term=True))
+    key = "trip/day 1?#%Üb東"
+    WorkingMemory(store=store, scope_id="agent:travel").set(key, "Sintra")
+    WorkingMemory(store=store, scope_id="agent:travel").set("trip", "a neighbour")
+    store.close()
+    with Served(
+        "--store", f"sqlite:///{path}", "--token", TOKEN, log=tmp_path / "serve.log"
+    ) as served:
+        context = browser.new_context(viewport={"width": 1280, "height": 800})
+        page = context.new_page()
+        try:
+            page.goto(served.page_url)
+            open_tab(page, "working", 4)
+            row = page.locator("#rows tr[data-id]").filter(has_text="trip/day 1")
+            row.locator("button.edit").click()
+            page.fill("tr.editor textarea", "Porto")
+            page.click("tr.editor button[type=submit]")
+            expect(page.locator("#status")).to_contain_text("saved")
+            expect(page.locator("#rows")).to_contain_text("Porto")
+        finally:
+            context.close()
+    store = SQLiteStore(str(path))
+    try:
+        working = WorkingMemory(store=store, scope_id="agent:travel")
+        assert (working.get(key), working.get("trip")) == ("Porto", "a neighbour")
+    finally:
+        store.close()
