@@ -374,8 +374,7 @@ def describe(method: F, plan: Callable[..., Any], *, sync: bool) -> F:
     method.__doc__ = (
         plan.__doc__ if sync else f"Async :meth:`{name}`: the same plan, its store calls awaited."
     )
-    # inspect reads __signature__ from any callable; typeshed declares it on none.
-    method.__signature__ = signature.replace(return_annotation=returns)  # type: ignore[attr-defined]
+    method.__signature__ = signature.replace(return_annotation=returns)  # type: ignore[attr-defined]  # inspect reads it off any callable; typeshed declares it on none
     return method
 
 

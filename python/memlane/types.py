@@ -216,7 +216,7 @@ class ConversationTurn(BaseModel):
 
     # No return annotation: pydantic would take it for the serialised schema.
     @model_serializer(mode="wrap")
-    def _serialize(self, handler: SerializerFunctionWrapHandler):  # type: ignore[no-untyped-def]
+    def _serialize(self, handler: SerializerFunctionWrapHandler):  # type: ignore[no-untyped-def]  # see above
         self._messages()
         return handler(self)
 

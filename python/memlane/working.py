@@ -10,7 +10,19 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, TypeVar
 
-from memlane._runner import Plan, Step, StoreCall, async_method, sync_method
+from memlane._runner import (
+    Clear,
+    Delete,
+    Load,
+    LoadByKey,
+    Plan,
+    Save,
+    Step,
+    StoreOp,
+    Then,
+    async_method,
+    sync_method,
+)
 from memlane._validate import check_fraction, check_identifier, check_str, check_ttl
 from memlane.stores import InMemoryStore, MemoryStore
 from memlane.types import MemoryEntry, MemoryScope, utc_now
@@ -83,7 +95,7 @@ class WorkingMemory:
             expires_at=None if lifetime is None else now + lifetime,
             importance=importance,
         )
-        return StoreCall("save", (self.namespace, entry))
+        return Save(self.namespace, entry)
 
     set = sync_method(_set)
     async_set = async_method(_set)
@@ -93,7 +105,7 @@ class WorkingMemory:
         entry = yield self._get_entry(key)
         if entry is None:
             return False
-        deleted: bool = yield StoreCall("delete", (self.namespace, entry.entry_id))
+        deleted: bool = yield Delete(self.namespace, entry.entry_id)
         return deleted
 
     delete = sync_method(_delete)
@@ -101,19 +113,19 @@ class WorkingMemory:
 
     def _clear(self) -> Step[int]:
         """Removes every fact of this scope; how many."""
-        return StoreCall("clear", (self.namespace,))
+        return Clear(self.namespace)
 
     clear = sync_method(_clear)
     async_clear = async_method(_clear)
 
     # ------------------------------------------------------------------ reading one fact
 
-    def _lookup(self, key: str, then: Callable[[MemoryEntry | None], T]) -> StoreCall[T]:
+    def _lookup(self, key: str, then: Callable[[MemoryEntry | None], T]) -> StoreOp[T]:
         if type(key) is not str:
             check_str(key, "key")
-        return StoreCall("load_by_key", (self.namespace, key), then)
+        return Then(LoadByKey(self.namespace, key), then)
 
-    def _get_entry(self, key: str) -> StoreCall[MemoryEntry | None]:
+    def _get_entry(self, key: str) -> StoreOp[MemoryEntry | None]:
         """The stored entry for ``key`` (with importance and expiry), or ``None``."""
         return self._lookup(key, _same)
 
@@ -139,8 +151,8 @@ class WorkingMemory:
 
     # ------------------------------------------------------------------ reading every fact
 
-    def _view(self, view: Callable[[list[MemoryEntry]], T]) -> StoreCall[T]:
-        return StoreCall("load", (self.namespace,), lambda entries: view(_keyed_entries(entries)))
+    def _view(self, view: Callable[[list[MemoryEntry]], T]) -> StoreOp[T]:
+        return Then(Load(self.namespace), lambda entries: view(_keyed_entries(entries)))
 
     def _entries(self) -> Step[list[MemoryEntry]]:
         """Every unexpired keyed entry, in insertion order."""

@@ -16,7 +16,7 @@ import logging
 import math
 from typing import Any
 
-from memlane._runner import Plan, StoreCall, run_async, run_sync
+from memlane._runner import LoadByKey, Plan, SaveIf, run_async, run_sync
 from memlane.types import MemoryEntry, MemoryScope
 
 __all__ = ["Calibration"]
@@ -80,7 +80,7 @@ class Calibration:
     def _load_plan(self, model_name: str) -> Plan[float]:
         if model_name in self._ratios:
             return self._ratios[model_name]
-        entry: MemoryEntry | None = yield StoreCall("load_by_key", (self.namespace, model_name))
+        entry: MemoryEntry | None = yield LoadByKey(self.namespace, model_name)
         ratio = self._ratio_of(entry)
         self._ratios[model_name] = ratio
         return ratio
@@ -88,7 +88,7 @@ class Calibration:
     def _observe_plan(self, model_name: str, counted: int, reported: int) -> Plan[float]:
         sample = min(max(reported / counted, self.bounds[0]), self.bounds[1])
         for _ in range(_ROUNDS):
-            entry: MemoryEntry | None = yield StoreCall("load_by_key", (self.namespace, model_name))
+            entry: MemoryEntry | None = yield LoadByKey(self.namespace, model_name)
             samples = 0 if entry is None else int(entry.content.get("samples", 0))
             weight = max(self.smoothing, 1 / (samples + 1))
             ratio = self._ratio_of(entry)
@@ -99,7 +99,7 @@ class Calibration:
                 content={"ratio": ratio, "samples": samples + 1},
             )
             expected = None if entry is None else entry.version
-            if (yield StoreCall("save_if", (self.namespace, new, expected))):
+            if (yield SaveIf(self.namespace, new, expected)):
                 self._ratios[model_name] = ratio
                 return ratio
         # Every round lost to another host's update: theirs stands, this sample is dropped.

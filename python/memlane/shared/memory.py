@@ -230,9 +230,10 @@ class _ViewMemory(BaseMemory):
                 kind = "conversation" if feed == "conversation" else "global"
                 sources.append(_Source(feed, partial(read, location, kind, None)))
                 continue
-            agents = spec.agents
+            # A stored trace may name no agent (None): it is read as a feed of its own.
+            agents: tuple[str | None, ...] | None = spec.agents
             if agents is None:
-                agents = tuple(await store.async_list_agents(location))  # type: ignore[arg-type]
+                agents = tuple(await store.async_list_agents(location))
             if len(agents) == 1 or (agents and selects_each_message(chosen)):
                 sources += [_Source(feed, partial(read, location, "agent", a)) for a in agents]
             else:

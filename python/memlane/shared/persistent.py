@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from memlane._locks import LockTable
-from memlane._runner import Plan, StoreCall, async_method, sync_method
+from memlane._runner import Load, LoadByKey, LoadRange, Plan, SaveIf, async_method, sync_method
 from memlane._validate import check_identifier, type_name
 from memlane.errors import CorruptStoreError
 from memlane.longterm.model import namespace as join_namespace
@@ -208,7 +208,7 @@ class StoreMessageStore(BaseMessageStore):
             self._heads[feed.base] = head
 
     def _probe(self, feed: _Feed, seq: int) -> Plan[bool]:
-        return (yield StoreCall("load_by_key", (feed.namespace(seq), _key(seq)))) is not None
+        return (yield LoadByKey(feed.namespace(seq), _key(seq))) is not None
 
     def _head(self, feed: _Feed) -> Plan[int]:
         """The feed's next number: cached, else found by probing keys (the log is dense)."""
@@ -245,10 +245,8 @@ class StoreMessageStore(BaseMessageStore):
     def _block(self, feed: _Feed, seq: int, stop: int) -> Plan[list[MemoryEntry]]:
         """The entries numbered ``seq`` to ``stop - 1``, all in the block holding ``seq``."""
         if self._scans:
-            return _slice((yield StoreCall("load", (feed.namespace(seq),))), seq, stop)
-        found: list[MemoryEntry] = yield StoreCall(
-            "load_range", (feed.namespace(seq), _key(seq), _key(stop))
-        )
+            return _slice((yield Load(feed.namespace(seq))), seq, stop)
+        found: list[MemoryEntry] = yield LoadRange(feed.namespace(seq), _key(seq), _key(stop))
         return found
 
     def _between(self, feed: _Feed, seq: int, stop: int) -> Plan[list[MemoryEntry]]:
@@ -263,7 +261,7 @@ class StoreMessageStore(BaseMessageStore):
     def _newer(self, feed: _Feed, seq: int) -> Plan[list[MemoryEntry]]:
         """The entries from number ``seq`` on: first whether ``seq`` is taken, by its key (the
         log is dense), as a view finds it is not on most calls."""
-        first = yield StoreCall("load_by_key", (feed.namespace(seq), _key(seq)))
+        first = yield LoadByKey(feed.namespace(seq), _key(seq))
         if first is None:
             return []
         return [first, *(yield from self._from(feed, seq + 1))]
@@ -356,7 +354,7 @@ class StoreMessageStore(BaseMessageStore):
             TypeError, ValueError: A bad ``location``.
         """
         ns = _registry(check_identifier(location, "location"))
-        entries = yield StoreCall("load", (ns,))
+        entries = yield Load(ns)
         return [entry.content.get("agent_key") for entry in entries]
 
     def _get_all_agent_messages(
@@ -393,12 +391,10 @@ class StoreMessageStore(BaseMessageStore):
         yield self._locks[feed.base]
         if kind == "agent" and (location, agent) not in self._registered:
             marker = _entry(_agent_marker(agent), {"agent_key": agent})
-            yield StoreCall("save_if", (_registry(location), marker, None))
+            yield SaveIf(_registry(location), marker, None)
             self._registered.add((location, agent))
         head = yield from self._head(feed)
-        while not (
-            yield StoreCall("save_if", (feed.namespace(head), _entry(_key(head), stored), None))
-        ):
+        while not (yield SaveIf(feed.namespace(head), _entry(_key(head), stored), None)):
             # Another process took the number: read what it (and others) appended.
             missed = yield from self._from(feed, head)
             self._windows.extend(feed.base, head, _messages(missed), replace=False)

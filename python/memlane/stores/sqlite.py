@@ -265,7 +265,8 @@ class SQLiteStore(LocalStore):
             found = self._table.load_by_key_entry(namespace, key, now(), ENTRY_KIT)
         if type(found) is tuple:
             return row_to_entry(found, self.path)
-        return found  # type: ignore[no-any-return]
+        entry: MemoryEntry | None = found  # the table built it with ENTRY_KIT, or found none
+        return entry
 
     def search(
         self,
