@@ -13,7 +13,8 @@ with an ordinary ``try``. A plan that yields a :class:`~memlane._locks.HybridLoc
 it ends or yields :class:`Release`; each runner takes it in its own way (blocking, or awaiting) and
 always releases what is still held. Besides store operations a plan may yield
 :class:`Summarize` (the runner's summarizer, an explicit argument of the runner), :class:`Spawn`
-(a background plan) and :class:`Call` (user code with a blocking and an awaitable form).
+(a background plan), :class:`Gather` (several plans, concurrently on the async path) and
+:class:`Call` (user code with a blocking and an awaitable form).
 
 :func:`sync_method` and :func:`async_method` turn one plan method into the public method
 pair (``name`` and ``async_name``), with the plan's signature and docstring.
@@ -59,6 +60,7 @@ __all__ = [
     "Delete",
     "DeleteMany",
     "Done",
+    "Gather",
     "Load",
     "LoadByKey",
     "LoadRange",
@@ -135,7 +137,19 @@ class Call:
     awaiting: Callable[[], Awaitable[Any]]
 
 
-Op = StoreOp[Any] | Summarize | HybridLock | Release | Spawn | Call | StoreCall[Any]
+@dataclass(frozen=True, slots=True)
+class Gather:
+    """Run ``plans`` on this runner's store; the result sent back is their results, in order.
+
+    The sync runner runs them one after the other; the async runner runs them concurrently
+    (``asyncio.gather``), so reads of several feeds overlap their round trips. The first
+    failure is thrown back into the plan.
+    """
+
+    plans: list[Step[Any]]
+
+
+Op = StoreOp[Any] | Summarize | HybridLock | Release | Spawn | Call | Gather | StoreCall[Any]
 Plan = Generator[Op, Any, T]
 """A plan: yields operations, receives their results, returns its own result."""
 
@@ -389,10 +403,12 @@ def _call_sync(op: StoreCall[Any], store: Any) -> Any:
 
 
 def _perform_sync(
-    op: StoreCall[Any] | Summarize | Call, store: Any, summarizer: Summarizer | None
+    op: StoreCall[Any] | Summarize | Call | Gather, store: Any, summarizer: Summarizer | None
 ) -> Any:
     if isinstance(op, Call):
         return op.blocking()
+    if isinstance(op, Gather):
+        return [run_sync(plan, store, summarizer) for plan in op.plans]
     if isinstance(op, StoreCall):
         return _call_sync(op, store)
     if summarizer is None:
@@ -404,10 +420,12 @@ def _perform_sync(
 
 
 async def _perform_async(
-    op: StoreCall[Any] | Summarize | Call, store: Any, summarizer: Summarizer | None
+    op: StoreCall[Any] | Summarize | Call | Gather, store: Any, summarizer: Summarizer | None
 ) -> Any:
     if isinstance(op, Call):
         return await op.awaiting()
+    if isinstance(op, Gather):
+        return list(await asyncio.gather(*(run_async(p, store, summarizer) for p in op.plans)))
     if isinstance(op, StoreCall):
         if op.method == "save_many":
             return await fallbacks.async_save_many(store, *op.args)

@@ -34,7 +34,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from memlane import BACKEND, MemoryManager, SQLiteStore, TokenEstimator
 from memlane.agents import MemoryAgent
-from memlane.errors import StoreError
+from memlane.errors import MemlaneError, StoreError
 from memlane.messages import SUMMARY_PREFIX
 from memlane.summarization import create_llm_summarizer
 from memlane.types import MemoryEntry
@@ -51,7 +51,7 @@ __all__ = [
 ]
 
 
-class DemoError(Exception):
+class DemoError(MemlaneError):
     """The demo cannot run as asked; the message says what to change.
 
     Raised for a model that cannot be used, an unusable ``--db`` or an unknown ``--resume`` id.

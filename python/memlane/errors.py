@@ -67,3 +67,8 @@ class ReadOnlyStoreError(StoreError):
 class NotAStoreError(StoreError):
     """A file or database that is not a memlane store (missing, empty, or another
     application's); names the file or place. Nothing is created or changed in it."""
+
+
+class ConditionError(MemlaneError, ValueError):
+    """A strategy condition that does not parse, names something unknown, or fails to
+    evaluate; the message quotes the expression."""

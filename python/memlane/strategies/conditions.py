@@ -33,6 +33,7 @@ import simpleeval
 from pydantic_ai.messages import BaseToolCallPart, UserPromptPart
 from simpleeval import EvalWithCompoundTypes
 
+from memlane.errors import ConditionError
 from memlane.strategies.interactions import (
     CountTokens,
     Interaction,
@@ -75,13 +76,6 @@ _FUNCTIONS: Mapping[str, Callable[..., Any]] = {
     "any": any,
     "all": all,
 }
-
-
-class ConditionError(ValueError):
-    """A condition that does not parse, names something unknown, or fails to evaluate.
-
-    The message quotes the expression.
-    """
 
 
 @dataclass(frozen=True, slots=True)
