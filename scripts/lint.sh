@@ -11,20 +11,29 @@ VENV=${MEMLANE_VENV:-.venv}
 part=${1:-all}
 case $part in python | rust | all) ;; *) echo "usage: $0 [python|rust]" >&2; exit 2 ;; esac
 
+failed=()
+check() {  # NAME COMMAND...: runs every linter even after a finding, to report them all
+    local name=$1
+    shift
+    echo "== $name"
+    "$@" || failed+=("$name")
+}
+
 if [ "$part" != rust ]; then
-    echo "== ruff check"
-    "$VENV/bin/ruff" check python tests benches examples
-    echo "== ruff format --check"
-    "$VENV/bin/ruff" format --check python tests benches examples
-    echo "== mypy --strict (package and tests)"
-    "$VENV/bin/mypy"
+    check "ruff check" "$VENV/bin/ruff" check python tests benches examples
+    check "ruff format --check" "$VENV/bin/ruff" format --check python tests benches examples
+    check "mypy --strict (package and tests)" "$VENV/bin/mypy"
 fi
 
 if [ "$part" != python ]; then
-    echo "== cargo fmt --check"
-    cargo fmt --check
-    echo "== cargo clippy -D warnings (with and without the Python glue)"
-    cargo clippy --quiet --all-targets -- -D warnings
-    PYO3_PYTHON=${PYO3_PYTHON:-$PWD/$VENV/bin/python} \
+    check "cargo fmt --check" cargo fmt --check
+    check "cargo clippy -D warnings" cargo clippy --quiet --all-targets -- -D warnings
+    check "cargo clippy -D warnings --features python (the Python glue)" \
+        env PYO3_PYTHON="${PYO3_PYTHON:-$PWD/$VENV/bin/python}" \
         cargo clippy --quiet --all-targets --features python -- -D warnings
+fi
+
+if [ ${#failed[@]} -gt 0 ]; then
+    printf 'lint FAILED: %s\n' "${failed[@]}"
+    exit 1
 fi
