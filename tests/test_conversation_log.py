@@ -288,10 +288,10 @@ class TestBoundedCache:
         memory = ConversationMemory(store=SQLiteStore(db), max_cached_conversations=2)
         for cid in ("a", "b", "c"):
             memory.add_turn(cid, f"hello {cid}", "hi")
-        assert list(memory._states) == ["b", "c"]
+        assert list(memory._conversations.states) == ["b", "c"]
         memory.get_turns("b")  # b is now the most recently used
         memory.add_turn("d", "hello d", "hi")
-        assert list(memory._states) == ["b", "d"]
+        assert list(memory._conversations.states) == ["b", "d"]
         assert prompts(memory, "a") == ["hello a"]  # reloaded from the store
         assert memory.add_turn("a", "again", "ok").turn_id == 1
 
@@ -299,8 +299,8 @@ class TestBoundedCache:
         memory = ConversationMemory(store=SQLiteStore(db), max_cached_conversations=1)
         for i in range(200):
             memory.add_turn(f"c{i}", "hello", "hi")
-        assert len(memory._states) == 1
-        assert len(memory._locks) <= 2 * 1 + 64 + 1
+        assert len(memory._conversations.states) == 1
+        assert len(memory._conversations.locks) <= 2 * 1 + 64 + 1
 
     def test_an_in_memory_store_keeps_everything(self, impl: Implementation) -> None:
         memory = ConversationMemory(max_cached_conversations=1)

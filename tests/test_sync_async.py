@@ -21,10 +21,11 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 
-import memlane.conversation.plan
+import memlane.conversation.conversation_log
+import memlane.conversation.conversation_state
+import memlane.conversation.rolling_summary
 import memlane.conversation.snapshot
-import memlane.conversation.state
-import memlane.conversation.summaries
+import memlane.conversation.turn_plans
 import memlane.working
 from memlane import ConversationMemory, InMemoryStore, MemoryManager, SQLiteStore, TokenEstimator
 from memlane._locks import HybridLock
@@ -138,7 +139,7 @@ class TestHybridLock:
 
     async def test_sync_call_on_the_loop_thread_is_refused_not_deadlocked(self) -> None:
         memory = ConversationMemory()
-        lock = memory._locks["c"]
+        lock = memory._conversations.locks["c"]
         await lock.async_acquire()
         try:
             with pytest.raises(RuntimeError, match="use the async_\\* method"):
@@ -202,9 +203,10 @@ def deterministic(monkeypatch: pytest.MonkeyPatch) -> Callable[[], None]:
             return start + timedelta(seconds=next(ticks))
 
         for module in (
-            memlane.conversation.plan,
-            memlane.conversation.summaries,
-            memlane.conversation.state,
+            memlane.conversation.turn_plans,
+            memlane.conversation.rolling_summary,
+            memlane.conversation.conversation_state,
+            memlane.conversation.conversation_log,
             memlane.conversation.snapshot,
             memlane.working,
         ):

@@ -37,7 +37,8 @@ from memlane import (
 )
 from memlane import messages as messages_mod
 from memlane import types as types_mod
-from memlane.conversation import state as state_mod
+from memlane.conversation import conversation_log as log_mod
+from memlane.conversation import conversation_state as state_mod
 from memlane.conversation.state import ConversationState, new_ledger
 from memlane.errors import UnstorableValueError
 from memlane.stores import protocol
@@ -124,7 +125,7 @@ def test_in_memory_turn_is_frozen_once_when_it_leaves_the_history(calls: Counter
     for messages in given:
         memory.add_turn(cid, *texts(messages), messages)
         memory.get_message_history(cid)
-    state = memory._states[cid]
+    state = memory._conversations.states[cid]
     left = state.first_in_history
     assert 20 < left < 30
     assert calls == Counter(freeze=left)  # no JSON at all
@@ -148,7 +149,7 @@ def test_persistent_store_serialises_each_turn_once(tmp_path: Path, calls: Count
     for messages in given:
         memory.add_turn(cid, *texts(messages), messages)
         memory.get_message_history(cid)
-    left = memory._states[cid].first_in_history
+    left = memory._conversations.states[cid].first_in_history
     assert left > 0
     assert calls == Counter(json=len(given), freeze=left)  # the entry's JSON, once per turn
     memory.close()
@@ -170,7 +171,7 @@ def test_later_changes_to_the_callers_list_do_not_reach_memlane() -> None:
     assert memory.get_turns(cid)[0].raw_messages == expected
     for i in range(1, 20):  # the turn leaves the history and is frozen as it was given
         memory.add_turn(cid, *texts(turn_messages(i)), turn_messages(i))
-    assert memory._states[cid].first_in_history > 0
+    assert memory._conversations.states[cid].first_in_history > 0
     assert memory.get_turns(cid)[0].raw_messages == expected
 
 
@@ -191,7 +192,7 @@ def test_messages_that_cannot_be_pickled_stay_live() -> None:
     memory.add_turn(cid, "call it", "", odd)
     for i in range(20):
         memory.add_turn(cid, *texts(turn_messages(i)), turn_messages(i))
-    state = memory._states[cid]
+    state = memory._conversations.states[cid]
     assert state.first_in_history > 0
     assert state.records[0][6] == odd  # still the live list
     assert memory.get_turns(cid)[0].raw_messages == odd
@@ -304,7 +305,7 @@ def test_turn_json_is_model_dump(index: int) -> None:
 
 def test_turn_entry_reads_back_as_the_turn(tmp_path: Path) -> None:
     turn = _turns_to_store()[1]
-    entry = state_mod.turn_entry(turn, "e1", 0)
+    entry = log_mod.turn_entry(turn, "e1", 0)
     assert entry.content == turn.model_dump(mode="json")
     assert ConversationTurn.model_validate(entry.content) == turn
 
@@ -344,9 +345,9 @@ class TestHistoryKeptFlat:
             if i % 4 == 0:  # reads skip some turns: several join at once
                 continue
             history = memory.get_message_history("c")
-            assert history == self.walk(memory._states["c"])
+            assert history == self.walk(memory._conversations.states["c"])
             history.append(history[0])  # the caller's list is its own
-            assert memory.get_message_history("c") == self.walk(memory._states["c"])
+            assert memory.get_message_history("c") == self.walk(memory._conversations.states["c"])
         if summarize:
             assert memory.get_summary("c") is not None
 

@@ -14,9 +14,9 @@ import logging
 from typing import Any
 
 from memlane._runner import Plan, Summarize, run_async, run_sync
-from memlane.conversation.lifecycle import check_cid
-from memlane.conversation.memory import ConversationMemory
-from memlane.conversation.strategies import DensitySummarizer
+from memlane.conversation.applied_strategies import DensitySummarizer
+from memlane.conversation.conversation_cache import check_cid
+from memlane.conversation.conversation_memory import ConversationMemory
 from memlane.strategies import (
     Interaction,
     LongTermPlan,
@@ -39,8 +39,8 @@ def _fold_plan(
     input_tokens: int | None,
     outcomes: ToolOutcomes,
 ) -> Plan[LongTermPlan]:
-    yield from memory._locked(cid)
-    state = yield from memory._coherent_plan(cid, create=False)
+    yield from memory._conversations.locked(cid)
+    state = yield from memory._conversations.coherent_plan(cid, create=False)
     if state is None:
         return LongTermPlan(())
     first = state.summarized_turns
@@ -53,7 +53,7 @@ def _fold_plan(
         interactions,
         input_tokens=input_tokens,
         tool_outcomes=outcomes,
-        count_tokens=memory._count_messages,
+        count_tokens=memory._reads.counter.count_messages,
     )
     if not plan.fired:
         return plan
@@ -63,14 +63,14 @@ def _fold_plan(
         # The lock is held while the model summarises: another turn of this conversation
         # waits rather than being folded by a summary that never saw it.
         try:
-            summary = yield Summarize(memory._summary_input(state, count))
+            summary = yield Summarize(memory._summaries.summary_input(state, count))
         except Exception:  # noqa: BLE001  # a failing summarizer must never lose a turn
             logger.warning("memlane: summarizer failed; turns kept unsummarised", exc_info=True)
             return LongTermPlan(())
         if not isinstance(summary, str):
             raise TypeError(f"summarizer must return str, not {type(summary).__name__}")
     basis = (state, state.summarized_turns, tuple(state.entry_ids)[:count])
-    committed = yield from memory._commit_summary_plan(cid, basis, count, summary, strategy)
+    committed = yield from memory._summaries.commit_plan(cid, basis, count, summary, strategy)
     return plan if committed else LongTermPlan(())
 
 

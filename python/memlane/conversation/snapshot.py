@@ -7,12 +7,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from memlane.conversation.budget import (
+from memlane.conversation.conversation_budget import (
     ConversationBudget,
     budget_fields,
     parse_budget,
 )
-from memlane.conversation.state import ConversationState
+from memlane.conversation.conversation_state import ConversationState
 from memlane.messages import default_messages, message_texts, messages_adapter
 from memlane.tokens import TokenEstimator
 from memlane.types import ConversationTurn, as_utc, utc_now

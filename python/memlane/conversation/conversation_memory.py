@@ -1,0 +1,582 @@
+"""``ConversationMemory``: chat histories kept inside a token budget.
+
+Turns are evicted FIFO, whole: the history is the longest run of most recent turns whose token
+estimates fit ``max_tokens`` (after the rolling summary, when there is one), so a tool call
+always travels with its return. Running totals and a moving window (the budget ledger, Rust
+when the extension is active) make ``add_turn`` and ``get_message_history`` O(1) amortised in
+the length of the conversation.
+
+The memory holds its collaborators: its conversations' states and locks
+(:class:`~memlane.conversation.conversation_cache.ConversationCache`), its summaries
+(:class:`~memlane.conversation.rolling_summary.RollingSummaries`, with the fact extraction
+and the background jobs) and its reads
+(:class:`~memlane.conversation.history_reads.HistoryReads`). Each public operation is written
+once, as a plan method ``_name`` that validates its arguments, takes the conversation's lock
+and runs the plans of those parts and of :mod:`memlane.conversation.turn_plans`; ``name`` and
+``async_name`` are generated from it, and the plan method is not kept on the class.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from memlane._runner import (
+    Done,
+    Plan,
+    Release,
+    Step,
+    Summarizer,
+    async_method,
+    run_sync,
+    sync_method,
+)
+from memlane._validate import check_positive_int, check_str, check_ttl
+from memlane.conversation import history_reads
+from memlane.conversation.background_jobs import BackgroundJobs
+from memlane.conversation.conversation_budget import ConversationBudget
+from memlane.conversation.conversation_cache import ConversationCache, check_cid
+from memlane.conversation.conversation_log import namespace
+from memlane.conversation.extraction_jobs import FactExtraction, check_extraction
+from memlane.conversation.history_reads import HistoryReads, reader_methods
+from memlane.conversation.rolling_summary import (
+    RollingSummaries,
+    check_summary_room,
+    default_threshold,
+)
+from memlane.conversation.snapshot import export_snapshot, parse_snapshot
+from memlane.conversation.turn_plans import (
+    NewTurn,
+    TurnCounter,
+    add_turn_now,
+    add_turn_plan,
+    check_messages,
+    check_metadata,
+    import_plan,
+    transcript_plan,
+)
+from memlane.stores._base import read_only_error
+from memlane.stores.memory import InMemoryStore
+from memlane.stores.protocol import MemoryStore
+from memlane.tokens import TokenEstimator
+from memlane.types import ConversationTurn
+
+if TYPE_CHECKING:
+    from pydantic_ai.messages import ModelMessage
+
+    from memlane.strategies import LongTermStrategy, ShortTermStrategy
+
+# Strategies (memlane.strategies, pydantic-ai) and the pydantic-ai message classes are
+# imported where a memory is given strategies or messages, not by every memory.
+
+
+def _check_short_term(value: object) -> list[ShortTermStrategy]:
+    if value is None:
+        return []
+    from memlane.conversation.applied_strategies import check_short_term
+
+    return check_short_term(value)
+
+
+def _check_long_term(value: object) -> LongTermStrategy | None:
+    if value is None:
+        return None
+    from memlane.conversation.applied_strategies import check_long_term
+
+    return check_long_term(value)
+
+
+def _summarizer_strategy(strategy: Any) -> Any:
+    """``strategy`` if it is a ``SummarizerStrategy``, else ``None``."""
+    if strategy is None:
+        return None
+    from memlane.strategies import SummarizerStrategy
+
+    return strategy if isinstance(strategy, SummarizerStrategy) else None
+
+
+class ConversationMemory:
+    """Chat histories kept inside a token budget, with optional rolling summaries.
+
+    Every method has an ``async_`` twin generated from the same plan, with awaited store
+    calls.
+    Sync callers in threads and async callers on event loops may mix freely on one
+    conversation: each operation holds the conversation's lock, so turn ids are unique and
+    in commit order.
+
+    Args:
+        max_tokens: Budget of the history returned by :meth:`get_message_history`.
+        summarize_threshold: When the retained turns of a conversation total more tokens than
+            this and a ``summarizer`` is set, the oldest turns are folded into the summary
+            until the total is back under it. ``None`` (the default):
+            ``min(3072, max_tokens * 3 // 4)``, the documented 3072 where the budget allows
+            it. With a summarizer the summary gets the rest of the budget
+            (``max_tokens - summarize_threshold`` tokens; a longer one is cut), so every
+            turn is either in the history sent or folded into the summary: a turn that no
+            longer fits the history beside the summary is folded in too. It must then be
+            below ``max_tokens``.
+        estimator: Counts tokens; exact ``o200k_base`` by default.
+        summarizer: ``summarizer(turns) -> str`` (or an awaitable of it); ``None``: never
+            summarise. It receives the previous summary (if any) as a leading turn with an
+            empty ``user_prompt`` and ``metadata={"summary": True}``, then the evicted turns.
+        store: Where turns and summaries persist; a private in-memory store by default. On a
+            persistent store a new instance after a restart returns the identical history,
+            and instances in other processes sharing the store (a fleet of hosts) see every
+            turn any of them committed, in one order with the same turn ids: each read
+            checks the store for news with one indexed read, and turns and summaries are
+            written with conditional writes.
+        summarize_in_background: Return from ``add_turn`` as soon as the turn is stored and
+            summarise afterwards: an async summarizer as a task on the caller's event loop,
+            a blocking one in a worker thread (also for async callers); at most one summary
+            per conversation is in flight in this process. :meth:`flush` waits for them;
+            meanwhile the history still fits ``max_tokens``.
+        max_cached_conversations: With a persistent store, how many conversations to keep
+            in memory (least recently used evicted; reloading one is correct and reads only
+            what is kept). An in-memory store keeps every conversation: it is the store.
+        fact_extractor: A :func:`~memlane.longterm.create_fact_extractor` extractor: turns
+            that leave the history (its budget window, or into the summary) are given to it
+            in the background, and the facts it finds are merged into ``long_term`` through
+            ``remember`` (a fact found again is confirmed, not duplicated). :meth:`flush`
+            waits for it too.
+        long_term: The :class:`~memlane.longterm.LongTermMemory` extracted facts go to
+            (required with ``fact_extractor``), or a long-term strategy (below).
+        short_term: Short-term strategies (:mod:`memlane.strategies`), one or a list applied
+            in order, or their JSON: which interactions each read of the history sends, and
+            how (e.g. ``[ToolResultClearing(keep_last=3), MemoryMaxTokensStrategy(...)]``).
+            ``None``: the ``max_tokens`` window.
+        long_term_strategy: A :class:`~memlane.strategies.SummarizerStrategy` or
+            :class:`~memlane.strategies.NeuralyzerStrategy` (or its JSON; also accepted as
+            ``long_term``): its triggers, checked after every turn, replace
+            ``summarize_threshold``. A summarizer strategy folds the interactions beyond
+            ``interaction_keep`` into the summary by chain of density with its ``model``
+            (else with ``summarizer``); a neuralyzer erases them and the summary.
+        fact_scope: The scope extracted facts are remembered in (``global`` by default).
+        fact_scope_id: Its id (required for every scope but ``global``).
+        retain_transcript: Keep the turns folded into the summary in the store (their own
+            namespace, read only by :meth:`get_transcript`): turns leave the prompt, not the
+            store. ``False`` deletes them once summarised.
+        conversation_ttl: Seconds (or a ``timedelta``) a conversation may stay idle: one
+            without a new turn for that long is gone as a whole — turns, summary, transcript
+            — on every store, for every host sharing it; reading it afterwards is reading an
+            unknown id, and a new turn starts it afresh. ``None`` (the default): forever.
+            :meth:`cleanup_expired` reclaims the space of those nobody read since.
+
+    Raises:
+        TypeError: A budget that is not an ``int``, or a summarizer that is not callable.
+        ValueError: A budget that is not positive, or, with a summarizer, a threshold that
+            leaves the summary no room in the budget.
+    """
+
+    def __init__(
+        self,
+        *,
+        max_tokens: int = 4096,
+        summarize_threshold: int | None = None,
+        estimator: TokenEstimator | None = None,
+        summarizer: Summarizer | None = None,
+        store: MemoryStore | None = None,
+        summarize_in_background: bool = False,
+        max_cached_conversations: int = 10_000,
+        fact_extractor: Any = None,
+        long_term: Any = None,
+        fact_scope: str = "global",
+        fact_scope_id: str | None = None,
+        retain_transcript: bool = True,
+        conversation_ttl: float | timedelta | None = None,
+        short_term: Any = None,
+        long_term_strategy: Any = None,
+    ) -> None:
+        self.max_tokens = check_positive_int(max_tokens, "max_tokens")
+        self.short_term = _check_short_term(short_term)
+        if long_term is not None and not callable(getattr(long_term, "remember", None)):
+            if long_term_strategy is not None:
+                raise TypeError("pass the long-term strategy as long_term or long_term_strategy")
+            long_term_strategy, long_term = long_term, None
+        self.long_term_strategy = _check_long_term(long_term_strategy)
+        ttl = check_ttl(conversation_ttl, "conversation_ttl")
+        self.conversation_ttl = None if ttl is None else ttl.total_seconds()
+        if not isinstance(retain_transcript, bool):
+            raise TypeError(
+                f"retain_transcript must be bool, not {type(retain_transcript).__name__}"
+            )
+        self.retain_transcript = retain_transcript
+        self.fact_extractor, self.long_term = check_extraction(fact_extractor, long_term)
+        self.fact_scope, self.fact_scope_id = fact_scope, fact_scope_id
+        if fact_extractor is not None:
+            from memlane.longterm.facts import check_scope  # only a host that extracts needs it
+
+            self.fact_scope, self.fact_scope_id = check_scope(fact_scope, fact_scope_id)
+        if not isinstance(summarize_in_background, bool):
+            raise TypeError(
+                "summarize_in_background must be bool, "
+                f"not {type(summarize_in_background).__name__}"
+            )
+        self.summarize_in_background = summarize_in_background
+        self.max_cached_conversations = check_positive_int(
+            max_cached_conversations, "max_cached_conversations"
+        )
+        self.summarize_threshold = (
+            default_threshold(self.max_tokens)
+            if summarize_threshold is None
+            else check_positive_int(summarize_threshold, "summarize_threshold")
+        )
+        if summarizer is not None and not callable(summarizer):
+            raise TypeError(f"summarizer must be callable, not {type(summarizer).__name__}")
+        if summarizer is not None:
+            check_summary_room(self.max_tokens, self.summarize_threshold)
+        self.estimator = estimator if estimator is not None else TokenEstimator()
+        if (strategy := _summarizer_strategy(self.long_term_strategy)) is not None:
+            if strategy.model is not None:
+                from memlane.conversation.applied_strategies import DensitySummarizer
+
+                summarizer = DensitySummarizer(strategy, None)
+            elif summarizer is None:
+                raise ValueError(
+                    "a SummarizerStrategy needs a model: set its model, or pass summarizer="
+                )
+        self.summarizer = summarizer
+        bind_estimator = getattr(summarizer, "bind_estimator", None)
+        if callable(bind_estimator):
+            bind_estimator(self.estimator)
+        self.store: MemoryStore = store if store is not None else InMemoryStore()
+        jobs = BackgroundJobs()
+        self._conversations = ConversationCache(
+            self.store,
+            ConversationBudget(self.max_tokens, self.summarize_threshold),
+            conversation_ttl=self.conversation_ttl,
+            retain_transcript=retain_transcript,
+            max_cached_conversations=self.max_cached_conversations,
+            jobs=jobs,
+        )
+        counter = TurnCounter(self.estimator)
+        self._summaries = RollingSummaries(
+            self._conversations,
+            summarizing=summarizer is not None,
+            strategy=self.long_term_strategy,
+            max_tokens=self.max_tokens,
+            threshold=self.summarize_threshold,
+            estimator=self.estimator,
+            count_messages=counter.count_messages,
+            retain_transcript=retain_transcript,
+            background=summarize_in_background,
+            jobs=jobs,
+            extraction=None
+            if self.fact_extractor is None
+            else FactExtraction(
+                self.fact_extractor, self.long_term, self.fact_scope, self.fact_scope_id, jobs
+            ),
+        )
+        self._reads = HistoryReads(self._conversations, self.short_term, counter)
+
+    @staticmethod
+    def namespace(conversation_id: str) -> str:
+        """The store namespace of a conversation."""
+        return namespace(conversation_id)
+
+    # ------------------------------------------------------------------ starting and adding
+
+    def _new_conversation(self) -> Plan[str]:
+        """Starts a conversation and returns its id."""
+        cid = uuid.uuid4().hex
+        yield from self._conversations.locked(cid)
+        yield from self._conversations.coherent_plan(cid, create=True)
+        return cid
+
+    new_conversation = sync_method(_new_conversation)
+    async_new_conversation = async_method(_new_conversation)
+    del _new_conversation
+
+    def _add_turn(
+        self,
+        conversation_id: str,
+        user_prompt: str,
+        assistant_response: str,
+        raw_messages: list[ModelMessage] | None = None,
+        *,
+        metadata: dict[str, Any] | None = None,
+    ) -> Step[ConversationTurn]:
+        """Appends a turn (creating the conversation if needed) and keeps the budget.
+
+        Args:
+            conversation_id: The conversation; an unknown id starts a new one.
+            user_prompt: What the user said.
+            assistant_response: What the assistant answered.
+            raw_messages: The turn's pydantic-ai messages (tool calls included); built from
+                the two strings when omitted or empty.
+            metadata: Free-form annotations stored with the turn.
+
+        Returns:
+            The stored turn, with its ``turn_id`` and ``token_estimate``.
+
+        Raises:
+            TypeError: An argument of the wrong type (nothing is stored).
+            UnstorableValueError: ``metadata`` cannot be persisted (nothing is stored).
+        """
+        # Validated and counted here, before the plan takes the lock: counting is the costly
+        # part of a turn, and a bad argument fails before anything is stored.
+        conversations = self._conversations
+        cid = check_cid(conversation_id)
+        prompt = check_str(user_prompt, "user_prompt")
+        response = check_str(assistant_response, "assistant_response")
+        # An empty list is what code written for the older design passes for "none".
+        messages = (
+            None
+            if raw_messages is None or (isinstance(raw_messages, list | tuple) and not raw_messages)
+            else check_messages(raw_messages)
+        )
+        new = NewTurn(
+            cid,
+            prompt,
+            response,
+            messages,
+            check_metadata(metadata, persistent=conversations.persistent),
+            self._reads.counter.count_turn(prompt, response, messages),
+        )
+        if conversations.read_only:
+            raise read_only_error(self.store)
+        if conversations.is_the_store and not self._summaries.follows_turn:
+            turn = add_turn_now(conversations, new)
+            if turn is not None:
+                return Done(turn)
+        return add_turn_plan(conversations, self._summaries, new)
+
+    add_turn = sync_method(_add_turn)
+    async_add_turn = async_method(_add_turn)
+    del _add_turn
+
+    # ------------------------------------------------------------------ reading
+
+    # Each reader is read(state) of one conversation under its lock (None: an unknown id).
+    get_message_history, async_get_message_history = reader_methods(
+        "ConversationMemory", "get_message_history", history_reads.history
+    )
+    get_history_tokens, async_get_history_tokens = reader_methods(
+        "ConversationMemory", "get_history_tokens", history_reads.history_tokens
+    )
+    get_turns, async_get_turns = reader_methods(
+        "ConversationMemory", "get_turns", history_reads.turns
+    )
+    get_total_tokens, async_get_total_tokens = reader_methods(
+        "ConversationMemory", "get_total_tokens", history_reads.total_tokens
+    )
+    get_summary, async_get_summary = reader_methods(
+        "ConversationMemory", "get_summary", history_reads.summary
+    )
+
+    def _knowledge_for(self, conversation_id: str, prompt: str) -> Plan[str | None]:
+        """What the long-term strategy's knowledge base holds relevant to ``prompt``.
+
+        With a :class:`~memlane.strategies.SummarizerStrategy` whose ``knowledge_base`` has
+        ``search_mode="always"``: its ``top_k`` stored summary chunks most relevant to the
+        prompt (from any conversation of the collection, ranked by the store's search), as
+        one block of text for a run's instructions. ``None`` otherwise, or when nothing is
+        relevant.
+
+        Raises:
+            TypeError: ``prompt`` is not a ``str``.
+        """
+        from memlane.conversation.knowledge import knowledge_search, knowledge_text
+
+        check_cid(conversation_id)
+        check_str(prompt, "prompt")
+        strategy = _summarizer_strategy(self.long_term_strategy)
+        if strategy is None:
+            return None
+        call = knowledge_search(self.store, strategy, prompt)
+        if call is None:
+            return None
+        hits: list[Any] = yield call
+        return knowledge_text(hits)
+
+    knowledge_for = sync_method(_knowledge_for)
+    async_knowledge_for = async_method(_knowledge_for)
+    del _knowledge_for
+
+    def _cleanup_expired(self) -> Plan[int]:
+        """Removes every conversation idle past ``conversation_ttl``; how many.
+
+        Reads already treat such a conversation as gone; this reclaims the store's space for
+        those nobody asked about since (their turns, summary and transcript).
+        """
+        return (yield from self._conversations.cleanup_plan())
+
+    cleanup_expired = sync_method(_cleanup_expired)
+    async_cleanup_expired = async_method(_cleanup_expired)
+    del _cleanup_expired
+
+    def _get_transcript(self, conversation_id: str) -> Plan[list[ConversationTurn]]:
+        """Every turn ever added to a conversation, oldest first: those folded into the summary
+        (kept with ``retain_transcript=True``, the default) and those still kept. ``[]`` for
+        an unknown id, as :meth:`get_turns`."""
+        cid = check_cid(conversation_id)
+        yield from self._conversations.locked(cid)
+        return (yield from transcript_plan(self._conversations, cid))
+
+    get_transcript = sync_method(_get_transcript)
+    async_get_transcript = async_method(_get_transcript)
+    del _get_transcript
+
+    def _conversation_ids(self) -> Plan[list[str]]:
+        """Ids of every known conversation (in this process and in the store)."""
+        return (yield from self._conversations.ids_plan())
+
+    @property
+    def conversation_ids(self) -> list[str]:
+        """Ids of every known conversation (in this process and in the store)."""
+        return run_sync(self._conversations.ids_plan(), self.store)
+
+    async_conversation_ids = async_method(_conversation_ids)
+    del _conversation_ids
+
+    def _conversation_budget(self, conversation_id: str) -> Plan[ConversationBudget]:
+        """The conversation's own budget: ``max_tokens`` and ``summarize_threshold`` as they
+        were when it was created, kept in the store with it (this memory's values for a
+        conversation stored before budgets were kept).
+
+        Raises:
+            ConversationNotFoundError: (a ``KeyError``) the id is unknown.
+        """
+        cid = check_cid(conversation_id)
+        yield from self._conversations.locked(cid)
+        state = yield from self._conversations.existing_plan(cid)
+        return self._conversations.budget_of(state)
+
+    conversation_budget = sync_method(_conversation_budget)
+    async_conversation_budget = async_method(_conversation_budget)
+    del _conversation_budget
+
+    # ------------------------------------------------------------------ forgetting
+
+    def _clear(self, conversation_id: str) -> Plan[None]:
+        """Forgets a conversation, in memory and in the store, for every host.
+
+        On a store other hosts share, one small entry records the clear: a host that had
+        the conversation cached learns of it from there at its next read, and turns added
+        afterwards, by any host, start a new conversation numbered from 0. With a
+        ``conversation_ttl``, :meth:`cleanup_expired` removes that entry a ttl after the
+        clear; without one it stays (a cache may hold the conversation for as long as the
+        host runs).
+        """
+        cid = check_cid(conversation_id)
+        yield from self._conversations.locked(cid)
+        yield from self._conversations.clear_plan(cid)
+
+    clear = sync_method(_clear)
+    async_clear = async_method(_clear)
+    del _clear
+
+    def _clear_all(self) -> Plan[None]:
+        """Forgets every conversation."""
+        if self._conversations.read_only:
+            raise read_only_error(self.store)
+        for cid in (yield from self._conversations.ids_plan()):
+            # One conversation's lock at a time: holding them all could deadlock with a
+            # caller that holds one of them.
+            lock = yield from self._conversations.locked(cid)
+            yield from self._conversations.clear_plan(cid)
+            yield Release(lock)
+
+    clear_all = sync_method(_clear_all)
+    async_clear_all = async_method(_clear_all)
+    del _clear_all
+
+    # ------------------------------------------------------------------ export / import
+
+    def _export_conversation(self, conversation_id: str) -> Plan[dict[str, Any]]:
+        """A JSON-ready snapshot of a conversation.
+
+        Returns:
+            ``conversation_id``, ``turns`` (``turn_id``, ``user_prompt``,
+            ``assistant_response``, ``token_estimate``, ``metadata``, ``timestamp`` and
+            ``raw_messages`` serialised with pydantic-ai's ``ModelMessagesTypeAdapter``),
+            ``summary``, ``summary_created_at``, ``summarized_turns``, ``total_tokens``, and
+            the conversation's budget: ``max_tokens`` and ``summarize_threshold`` (an import
+            keeps them).
+
+        Raises:
+            ConversationNotFoundError: (a ``KeyError``) the id is unknown.
+        """
+        cid = check_cid(conversation_id)
+        yield from self._conversations.locked(cid)
+        state = yield from self._conversations.existing_plan(cid)
+        return export_snapshot(cid, state, self._conversations.budget_of(state))
+
+    export_conversation = sync_method(_export_conversation)
+    async_export_conversation = async_method(_export_conversation)
+    del _export_conversation
+
+    def _import_conversation(
+        self, data: dict[str, Any], *, conversation_id: str | None = None
+    ) -> Plan[str]:
+        """Loads an :meth:`export_conversation` snapshot; returns the conversation id.
+
+        Missing or zero token estimates are re-computed; turns without ``raw_messages`` are rebuilt
+        from their prompt and response. The whole snapshot is validated before anything is
+        stored.
+
+        Args:
+            data: The snapshot.
+            conversation_id: Import under this id instead of the snapshot's (or a new one).
+
+        Raises:
+            ValueError: The snapshot is malformed, or the id already holds a conversation
+                (nothing is overwritten).
+        """
+        snapshot = parse_snapshot(data, self.estimator)
+        cid = check_cid(snapshot.target_id(conversation_id))
+        yield from self._conversations.locked(cid)
+        return (yield from import_plan(self._conversations, self._summaries, cid, snapshot))
+
+    import_conversation = sync_method(_import_conversation)
+    async_import_conversation = async_method(_import_conversation)
+    del _import_conversation
+
+    def _extract_facts(self, conversation_id: str) -> Plan[None]:
+        """Hands every turn the fact extractor has not seen yet, those still in the history
+        included, to a background job that merges what it finds into long-term memory.
+
+        What the end of an episode calls (a :class:`~memlane.agents.MemoryAgent` recording
+        episodes does, after each run), so facts stated in a run's last turns do not wait for
+        those turns to leave the budget. A turn goes to the extractor once per process, by this
+        or by leaving the history. Returns at once; :meth:`flush` waits for the job.
+
+        Raises:
+            ValueError: The memory has no ``fact_extractor``.
+            ConversationNotFoundError: An unknown ``conversation_id``.
+        """
+        cid = check_cid(conversation_id)
+        extraction = self._summaries.extraction
+        if extraction is None:
+            raise ValueError("extract_facts needs a fact_extractor (see create_fact_extractor)")
+        yield from self._conversations.locked(cid)
+        state = yield from self._conversations.existing_plan(cid)
+        yield from extraction.extract_plan(cid, state, state.next_turn_id)
+
+    extract_facts = sync_method(_extract_facts)
+    async_extract_facts = async_method(_extract_facts)
+    del _extract_facts
+
+    # ------------------------------------------------------------------ background jobs
+
+    def flush(self) -> None:
+        """Waits until the summaries and fact extractions running in the background in this
+        process are done.
+
+        Raises:
+            RuntimeError: Called on an event loop's thread while a summary runs as a task of
+                that loop (waiting would stop it): use :meth:`async_flush` there.
+        """
+        self._conversations.jobs.flush()
+
+    async def async_flush(self) -> None:
+        """Async :meth:`flush`: awaits the summaries and extractions running in the background."""
+        await self._conversations.jobs.async_flush()
+
+    def close(self) -> None:
+        """Waits for the background summaries (:meth:`flush`); the store stays open."""
+        self.flush()
+
+    async def async_close(self) -> None:
+        """Async :meth:`close`."""
+        await self.async_flush()

@@ -1,0 +1,262 @@
+"""The plans that add turns to a conversation, read its transcript and import a snapshot.
+
+Each is a generator that yields the store operations it needs (see :mod:`memlane._runner`)
+and returns the operation's result; the sync and async methods of
+:class:`~memlane.ConversationMemory` run the same plan, holding the conversation's one
+:class:`~memlane._locks.HybridLock` throughout, so threads and tasks that mix on a
+conversation are serialised by a single discipline.
+
+On a persistent store other processes (hosts behind a load balancer) write the same
+conversations. Every plan first brings its cached state up to date with what they committed
+(:meth:`~memlane.conversation.conversation_cache.ConversationCache.coherent_plan`: one
+indexed range read when nothing changed), and every write is a conditional one: a turn or a
+summary takes the next log slot only if nobody took it first (see
+:mod:`memlane.conversation.conversation_log`).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from memlane._runner import Plan, StoreCall
+from memlane.conversation.conversation_cache import ConversationCache
+from memlane.conversation.conversation_log import (
+    TRANSCRIPT_PREFIX,
+    TRANSCRIPT_STOP,
+    namespace,
+    summary_entry,
+    transcript_namespace,
+    turn_entry,
+)
+from memlane.conversation.conversation_state import ConversationState
+from memlane.conversation.rolling_summary import RollingSummaries
+from memlane.conversation.snapshot import ParsedSnapshot
+from memlane.messages import message_texts
+from memlane.stores.protocol import dumps_json
+from memlane.tokens import TokenEstimator
+from memlane.types import ConversationTurn, MemoryEntry, new_turn, utc_now
+
+if TYPE_CHECKING:
+    from pydantic_ai.messages import ModelMessage
+
+
+class TurnCounter:
+    """Counts a turn's tokens (and any messages, as a turn's are counted) with an estimator."""
+
+    __slots__ = ("_count_texts", "_estimator")
+
+    def __init__(self, estimator: TokenEstimator) -> None:
+        self._estimator = estimator
+        # Turn texts are validated str already: memlane's own estimator is asked through its
+        # counting engine directly (no second type check, no Python frame per turn).
+        self._count_texts: Callable[[list[str]], list[int]] = (
+            estimator._count_many
+            if isinstance(estimator, TokenEstimator)
+            else estimator.estimate_many
+        )
+
+    def count_turn(
+        self, user_prompt: str, assistant_response: str, messages: list[ModelMessage] | None
+    ) -> int:
+        """A turn's token estimate; pure, so it is counted before the lock is taken."""
+        texts = [user_prompt, assistant_response] if messages is None else message_texts(messages)
+        try:
+            return sum(self._count_texts(texts))
+        except UnicodeEncodeError:  # a lone surrogate: the estimator's own path repairs it
+            return sum(self._estimator.estimate_many(texts))
+
+    def count_messages(self, messages: Any) -> int:
+        """Tokens of some messages, counted as a turn's are."""
+        return sum(self._count_texts(message_texts(list(messages))))
+
+
+class NewTurn(NamedTuple):
+    """add_turn's validated arguments and the turn's token estimate."""
+
+    cid: str
+    user_prompt: str
+    assistant_response: str
+    messages: list[ModelMessage] | None
+    metadata: dict[str, Any] | None
+    tokens: int
+
+
+def check_messages(raw_messages: object) -> list[ModelMessage]:
+    """``raw_messages`` as a list of pydantic-ai messages.
+
+    Raises:
+        TypeError: Not a list or tuple of ``ModelRequest`` / ``ModelResponse``; names the
+            offending item.
+    """
+    if not isinstance(raw_messages, list | tuple):
+        raise TypeError(
+            f"raw_messages must be a list of ModelMessage, not {type(raw_messages).__name__}"
+        )
+    from pydantic_ai.messages import ModelRequest, ModelResponse
+
+    for i, message in enumerate(raw_messages):
+        if not isinstance(message, ModelRequest | ModelResponse):
+            raise TypeError(
+                f"raw_messages[{i}] must be ModelRequest or ModelResponse, not {type(message).__name__}"
+            )
+    return list(raw_messages)
+
+
+def check_metadata(metadata: object, *, persistent: bool) -> dict[str, Any] | None:
+    """A turn's metadata: a ``dict``, which a persistent store must be able to keep.
+
+    Raises:
+        TypeError: Not a ``dict``.
+        UnstorableValueError: A persistent store could not keep it.
+    """
+    if metadata is None:
+        return None
+    if not isinstance(metadata, dict):
+        raise TypeError(f"metadata must be dict, not {type(metadata).__name__}")
+    if persistent:
+        dumps_json(metadata, key=None, field="metadata")
+    return metadata
+
+
+def add_turn_plan(
+    conversations: ConversationCache, summaries: RollingSummaries, new: NewTurn
+) -> Plan[ConversationTurn]:
+    """Appends a turn to its conversation (created if unknown), then what follows a turn:
+    extraction and summaries (see :meth:`RollingSummaries.after_turn_plan`)."""
+    cid = new.cid
+    yield from conversations.locked(cid)
+    state = yield from conversations.coherent_plan(cid, create=True)
+    assert state is not None
+    if conversations.persistent:
+        ns = namespace(cid)
+        entry_id = uuid.uuid4().hex
+        while True:
+            turn = next_turn(state, new)
+            won = yield StoreCall("save_if", (ns, turn_entry(turn, entry_id, state.head), None))
+            if won:
+                break
+            # Another host took this slot: read what it wrote, then take the next one.
+            caught_up = yield from conversations.catch_up_plan(cid, state, create=True)
+            assert caught_up is not None
+            state = caught_up
+        state.head += 1
+    else:
+        turn = next_turn(state, new)
+        entry_id = ""
+    state.append(turn, entry_id, default_messages=new.messages is None)
+    yield from conversations.touch_plan(cid, state)
+    yield from summaries.after_turn_plan(cid, state)
+    return turn
+
+
+def add_turn_now(conversations: ConversationCache, new: NewTurn) -> ConversationTurn | None:
+    """What :func:`add_turn_plan` does, done at once where it is pure bookkeeping; ``None``
+    when it is not, and the plan must run.
+
+    Where the cached states are the conversations (:attr:`ConversationCache.is_the_store`)
+    and nothing follows a turn (the caller checks: no summaries, no extraction), the plan's
+    store calls are none and its lock is free unless another caller holds the
+    conversation. The append is the plan's own step (:func:`next_turn`,
+    ``state.append``); skipping the runner's machinery is what the hot path of an in-memory
+    host gains.
+    """
+    lock = conversations.locks[new.cid]
+    if not lock.try_acquire():
+        return None
+    try:
+        # Read under the lock: clear() may have dropped it.
+        state = conversations.states.get(new.cid)
+        if state is None:
+            return None
+        turn = next_turn(state, new)
+        state.append(turn, "", default_messages=new.messages is None)
+    finally:
+        lock.release()
+    return turn
+
+
+def next_turn(state: ConversationState, new: NewTurn) -> ConversationTurn:
+    """The turn that follows ``state``'s last one (not yet kept)."""
+    at = utc_now()
+    messages = new.messages
+    if messages is None:  # the two messages of its strings, built when first read
+        return new_turn(
+            turn_id=state.next_turn_id,
+            user_prompt=new.user_prompt,
+            assistant_response=new.assistant_response,
+            timestamp=at,
+            token_estimate=new.tokens,
+            metadata=dict(new.metadata) if new.metadata else {},
+        )
+    return new_turn(
+        turn_id=state.next_turn_id,
+        user_prompt=new.user_prompt,
+        assistant_response=new.assistant_response,
+        raw_messages=messages,
+        timestamp=at,
+        token_estimate=new.tokens,
+        metadata=dict(new.metadata) if new.metadata else {},
+    )
+
+
+def transcript_plan(conversations: ConversationCache, cid: str) -> Plan[list[ConversationTurn]]:
+    """Every turn of a conversation ever added, oldest first (``[]``: unknown id)."""
+    state = yield from conversations.coherent_plan(cid, create=False)
+    if state is None:
+        return []
+    entries: list[MemoryEntry] = yield StoreCall(
+        "load_range", (transcript_namespace(cid), TRANSCRIPT_PREFIX, TRANSCRIPT_STOP)
+    )
+    # Only the turns the conversation no longer keeps: the others come from the state.
+    gone = [
+        ConversationTurn.model_validate(e.content)
+        for e in entries
+        if int(e.key[len(TRANSCRIPT_PREFIX) :]) < state.summarized_turns  # type: ignore[index]  # a transcript key is never None
+    ]
+    return [*gone, *state.turns()]
+
+
+def import_plan(
+    conversations: ConversationCache,
+    summaries: RollingSummaries,
+    cid: str,
+    snapshot: ParsedSnapshot,
+) -> Plan[str]:
+    """Creates conversation ``cid`` from a parsed snapshot; nothing is overwritten."""
+    exists = ValueError(
+        f"conversation_id {cid!r} already exists; pass conversation_id= to import under a new id"
+    )
+    if (yield from conversations.coherent_plan(cid, create=False)) is not None:
+        raise exists
+    state = yield from conversations.coherent_plan(cid, create=True, budget=snapshot.budget)
+    assert state is not None
+    state.summarized_turns = snapshot.summarized_turns
+    head = state.head  # after a clear the log goes on from it
+    events: list[MemoryEntry] = []
+    if snapshot.summary is not None:
+        at = snapshot.summary_created_at or state.summary_at
+        text, tokens = summaries.fit_summary(snapshot.summary)
+        state.set_summary(text, tokens, at)
+        events.append(summary_entry(text, tokens, snapshot.summarized_turns, at, head))
+        state.summary_entry_id = events[0].entry_id
+    ids = [uuid.uuid4().hex for _ in snapshot.turns]
+    first = len(events)
+    events.extend(
+        turn_entry(turn, entry_id, head + first + i)
+        for i, ((turn, _), entry_id) in enumerate(zip(snapshot.turns, ids, strict=True))
+    )
+    if conversations.persistent and events:
+        # The first event claims the conversation: if another host created it meanwhile,
+        # nothing is written. The rest follow in one batch.
+        if not (yield StoreCall("save_if", (namespace(cid), events[0], None))):
+            conversations.states.pop(cid, None)
+            raise exists
+        if len(events) > 1:
+            yield StoreCall("save_many", (namespace(cid), events[1:]))
+        state.head = head + len(events)
+    for (turn, given), entry_id in zip(snapshot.turns, ids, strict=True):
+        state.append(turn, entry_id, default_messages=not given)
+    yield from conversations.touch_plan(cid, state)
+    return cid
