@@ -17,7 +17,10 @@ in this process, on the same two cores as the server, so the figures are a floor
 
 Run on another checkout (the code before a change) with
 ``python -m benches.bench_server --tree /tmp/old``: the store is then filled and served by
-that tree's ``memlane``. ``--postgres URL`` (or ``--postgres start``, a throwaway server from
+that tree's ``memlane``. ``--per-request`` measures instead the CPU time one request of each
+kind costs, through the application and Starlette's test client in one process (the best of
+five rounds of ten): on a machine other work keeps busy, these figures move far less than
+req/s and latencies do. ``--postgres URL`` (or ``--postgres start``, a throwaway server from
 ``tests/db_servers.py``) serves a PostgreSQL store instead, where reads wait on the network.
 """
 
@@ -101,6 +104,40 @@ for n in range(50):
     working.set(f"k{n}", rng.choice(words))
 store.close()
 print(json.dumps({"conversations": conversations, "words": words}))
+"""
+
+
+# Runs in the child, against the tree under test: CPU seconds per request of each kind.
+PER_REQUEST = r"""
+import json, sys, time
+from memlane import MemoryManager, SQLiteStore
+from memlane.server import create_app
+from starlette.testclient import TestClient
+
+where, cid, word = sys.argv[1], sys.argv[2], sys.argv[3]
+store = SQLiteStore(where)
+manager = MemoryManager(store=store, long_term=True)
+client = TestClient(create_app(manager, token="t"), headers={"Authorization": "Bearer t"})
+paths = {
+    "facts": "/api/v1/facts/?limit=50&offset=600",
+    "facts_q": f"/api/v1/facts/?q={word}&limit=50",
+    "conversation": f"/api/v1/conversations/{cid}",
+    "search": f"/api/v1/search/?q={word}+weather",
+}
+costs, failures = {}, {}
+for kind, path in paths.items():
+    status = client.get(path).status_code
+    if status != 200:
+        failures[kind] = status
+    best = float("inf")
+    for _ in range(5):
+        began = time.process_time()
+        for _ in range(10):
+            client.get(path)
+        best = min(best, (time.process_time() - began) / 10)
+    costs[kind] = best
+store.close()
+print(json.dumps({"cpu_per_request": costs, "failures": failures}))
 """
 
 
@@ -250,6 +287,26 @@ def measure(
                 process.wait()
 
 
+def measure_per_request(tree: Path, *, pure: bool, seed: int) -> dict[str, Any]:
+    """Fills a store with ``tree``'s code and measures, in a child running that code, the CPU
+    seconds one request of each kind costs (``cpu_per_request``) and any answer that was not
+    200 (``failures``)."""
+    env = _env(tree, pure)
+    with tempfile.TemporaryDirectory(prefix="memlane-bench-server-") as place:
+        where = str(Path(place) / "store.sqlite3")
+        filled = _fill(where, env, seed)
+        done = subprocess.run(
+            [sys.executable, "-c", PER_REQUEST, where, filled["conversations"][0], "lisbon"],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=1800,
+        )
+    measured: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return measured
+
+
 def run(cfg: Config, log: Callable[[str], None]) -> WorkloadResult:
     """The load test on this checkout, on the Rust path and on the pure-Python twin."""
     result = WorkloadResult(
@@ -315,7 +372,16 @@ def main(argv: list[str] | None = None) -> int:
         metavar="URL",
         help="serve a PostgreSQL store at URL instead of SQLite ('start': start a throwaway one)",
     )
+    parser.add_argument(
+        "--per-request",
+        action="store_true",
+        help="CPU time per request of each kind, in one process, instead of the load test",
+    )
     args = parser.parse_args(argv)
+    if args.per_request:
+        measured = measure_per_request(args.tree.resolve(), pure=args.pure, seed=args.seed)
+        print(json.dumps(measured, indent=1))
+        return 0
     with tempfile.TemporaryDirectory(prefix="memlane-bench-pg-") as workdir:
         url, server = (
             (None, None) if args.postgres is None else _postgres(args.postgres, Path(workdir))
