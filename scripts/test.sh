@@ -111,12 +111,12 @@ await() {  # KEY; returns non-zero when the job failed
     [ "$status" = ok ]
 }
 
+# The phases' functions chain their steps with && or collect a status: run() and start() call
+# them where bash ignores set -e, so a failing step would not stop them by itself.
 setup_venv() {
-    if [ ! -x "$VENV/bin/python" ]; then
-        "$PYTHON" -m venv "$VENV"
-    fi
-    "$VENV/bin/python" -m pip install -q --upgrade pip
-    "$VENV/bin/python" -m pip install -q -e '.[test,lint]'
+    { [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"; } \
+        && "$VENV/bin/python" -m pip install -q --upgrade pip \
+        && "$VENV/bin/python" -m pip install -q -e '.[test,lint]'
 }
 
 install_tools() {
@@ -130,10 +130,12 @@ install_tools() {
 rust_checks() {
     # Its own target dir, so it need not wait for the release build's lock on target/; the
     # dev-profile artefacts of clippy and cargo test could not share the release ones anyway.
+    local status=0
     export CARGO_TARGET_DIR=target/checks
-    PYO3_PYTHON=$(command -v "$PYTHON") bash scripts/lint.sh rust
+    PYO3_PYTHON=$(command -v "$PYTHON") bash scripts/lint.sh rust || status=1
     echo "== cargo test (Rust core, no Python)"
-    cargo test --quiet --lib
+    cargo test --quiet --lib || status=1
+    return "$status"
 }
 
 # ---------------------------------------------------------------------------------------- setup
