@@ -638,7 +638,9 @@ class TestUrlOptionsWin:
             await initialized(store)
             client = next(iter(store._resources.values())).client
             assert client.options.pool_options.max_pool_size == 3
-            assert client.options.server_selection_timeout == 3.0  # not in the URL: the store's default (3 s)
+            assert (
+                client.options.server_selection_timeout == 3.0
+            )  # not in the URL: the store's default (3 s)
         finally:
             await store.async_close()
 

@@ -379,7 +379,11 @@ class TestClearSeenByEveryHost:
             assert [e.metadata.get("kind") for e in stored] == ["clear"]
             a.add_turn(cid, "new", "answer")
             stored = a.store.load(ConversationMemory.namespace(cid))
-            assert sorted(str(e.metadata.get("kind")) for e in stored) == ["budget", "clear", "turn"]
+            assert sorted(str(e.metadata.get("kind")) for e in stored) == [
+                "budget",
+                "clear",
+                "turn",
+            ]
 
     def test_interrupted_clear_is_finished_by_the_next_reader(
         self, place: dict[str, Any], impl: _backend.Implementation
