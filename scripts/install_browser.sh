@@ -24,7 +24,7 @@ if [[ "$(id -u)" -ne 0 ]]; then
 fi
 export DEBIAN_FRONTEND=noninteractive
 apt_install() {
-    $SUDO apt-get install -y --no-install-recommends chromium
+    $SUDO apt-get install -y -o DPkg::Lock::Timeout=300 --no-install-recommends chromium
 }
 if ! compgen -G "/var/lib/apt/lists/*_Packages*" >/dev/null || ! apt-cache show chromium >/dev/null 2>&1; then
     log "apt package lists missing or stale: running apt-get update"

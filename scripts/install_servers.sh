@@ -52,9 +52,13 @@ build_ferretdb() {
     cp -r "$src/." "$build_dir/"
     chmod -R u+w "$build_dir"
     echo "$FERRETDB_VERSION" >"$build_dir/build/version/version.txt"
+    # A temporary name of its own: two checkouts building at once never write one file.
+    local out
+    out="$(mktemp "$FERRETDB_BIN.XXXXXX")"
     (cd "$build_dir" && GOFLAGS=-mod=mod CGO_ENABLED="${CGO_ENABLED:-0}" \
-        go build -trimpath -o "$FERRETDB_BIN.tmp" ./cmd/ferretdb)
-    mv -f "$FERRETDB_BIN.tmp" "$FERRETDB_BIN"
+        go build -trimpath -o "$out" ./cmd/ferretdb) || { rm -f "$out"; return 1; }
+    chmod 755 "$out"
+    mv -f "$out" "$FERRETDB_BIN"
 }
 
 if [[ -n "${MEMLANE_TEST_MONGODB_URL:-}" ]]; then
@@ -99,7 +103,7 @@ else
     fi
     export DEBIAN_FRONTEND=noninteractive
     apt_install() {
-        $SUDO apt-get install -y --no-install-recommends postgresql
+        $SUDO apt-get install -y -o DPkg::Lock::Timeout=300 --no-install-recommends postgresql
     }
     if ! apt_lists_present || ! apt-cache show postgresql >/dev/null 2>&1; then
         log "apt package lists missing or stale: running apt-get update"
