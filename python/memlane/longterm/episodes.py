@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic_core import to_jsonable_python
 
-from memlane._runner import Plan, Step, StoreCall, async_method, sync_method
+from memlane._runner import Load, Plan, Save, Step, Then, async_method, sync_method
 from memlane._validate import check_identifier, check_positive_int, type_name
 from memlane.longterm.episode_model import (
     EPISODES_NAMESPACE,
@@ -248,7 +248,7 @@ class Episodes:
             ]
             return found if limit is None else found[:limit]
 
-        return StoreCall("load", (EPISODES_NAMESPACE,), pick)
+        return Then(Load(EPISODES_NAMESPACE), pick)
 
     episodes = sync_method(_episodes)
     async_episodes = async_method(_episodes)
@@ -256,7 +256,7 @@ class Episodes:
 
 def load_episodes_plan() -> Plan[list[Episode]]:
     """Every stored episode, most recent first (for other parts: a user's context)."""
-    entries: list[MemoryEntry] = yield StoreCall("load", (EPISODES_NAMESPACE,))
+    entries: list[MemoryEntry] = yield Load(EPISODES_NAMESPACE)
     return loaded_episodes(entries)
 
 
@@ -265,11 +265,11 @@ def search_episodes_plan(words: list[str], limit: int) -> Plan[list[Episode]]:
 
     Recall's search for ``memory_type="episodes"``: most recent first, at most ``limit``.
     """
-    entries: list[MemoryEntry] = yield StoreCall("load", (EPISODES_NAMESPACE,))
+    entries: list[MemoryEntry] = yield Load(EPISODES_NAMESPACE)
     found = [e for e in loaded_episodes(entries) if matches_words(words, e.search_text())]
     return found[:limit]
 
 
-def _save(episode: Episode) -> StoreCall[Episode]:
+def _save(episode: Episode) -> Then[None, Episode]:
     entry, stored = episode_entry(episode)
-    return StoreCall("save", (EPISODES_NAMESPACE, entry), lambda _: stored)
+    return Then(Save(EPISODES_NAMESPACE, entry), lambda _: stored)

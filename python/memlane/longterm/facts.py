@@ -28,7 +28,16 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import ValidationError
 
-from memlane._runner import Plan, StoreCall, async_method, sync_method
+from memlane._runner import (
+    Delete,
+    Load,
+    LoadByKey,
+    Namespaces,
+    Plan,
+    SaveIf,
+    async_method,
+    sync_method,
+)
 from memlane._validate import check_fraction
 from memlane.errors import CorruptStoreError
 from memlane.longterm.fact_scopes import (
@@ -252,7 +261,7 @@ class Facts:
         step = check_fraction(self._penalty if penalty is None else penalty, "penalty")
         where = fact_namespace(checked_scope, checked_id)
         while True:
-            held: MemoryEntry | None = yield StoreCall("load_by_key", (where, key))
+            held: MemoryEntry | None = yield LoadByKey(where, key)
             if held is None:
                 return None
             old = read_fact(held, where)
@@ -263,7 +272,7 @@ class Facts:
                     "updated_at": utc_now(),
                 }
             )
-            if (yield StoreCall("save_if", (where, _entry(fact, held.entry_id), held.version))):
+            if (yield SaveIf(where, _entry(fact, held.entry_id), held.version)):
                 return fact
 
     contradict = sync_method(_contradict)
@@ -341,7 +350,7 @@ class Facts:
                 checked, checked_id = check_scope(checked, scope_id)
                 return (yield from scope_facts_plan(checked, checked_id))
             wanted = checked
-        names: list[str] = yield StoreCall("namespaces", ())
+        names: list[str] = yield Namespaces()
         found: list[tuple[int, str, str]] = []
         for name in names:
             parts = parse_namespace(name)
@@ -355,7 +364,7 @@ class Facts:
                 found.append((SCOPE_ORDER.index(kind), parts[3] if len(parts) == 4 else "", name))
         facts: list[Fact] = []
         for _, _, name in sorted(found):
-            entries: list[MemoryEntry] = yield StoreCall("load", (name,))
+            entries: list[MemoryEntry] = yield Load(name)
             facts.extend(read_fact(e, name) for e in entries if e.key is not None)
         return facts
 
@@ -379,7 +388,7 @@ def remember_plan(
     """
     where = fact_namespace(scope, scope_id)
     while True:
-        held: MemoryEntry | None = yield StoreCall("load_by_key", (where, key))
+        held: MemoryEntry | None = yield LoadByKey(where, key)
         now = utc_now()
         if held is None:
             fact = Fact(
@@ -392,7 +401,7 @@ def remember_plan(
                 created_at=now,
                 updated_at=now,
             )
-            if (yield StoreCall("save_if", (where, _entry(fact), None))):
+            if (yield SaveIf(where, _entry(fact), None)):
                 return RememberResult(status="created", fact=fact)
             continue
         old = read_fact(held, where)
@@ -420,7 +429,7 @@ def remember_plan(
                 }
             )
         new = _entry(fact, held.entry_id)
-        if (yield StoreCall("save_if", (where, new, held.version))):
+        if (yield SaveIf(where, new, held.version)):
             return RememberResult(status=status, fact=fact)  # type: ignore[arg-type]
 
 
@@ -430,10 +439,10 @@ def delete_fact_plan(key: str, scope: FactScope, scope_id: str | None) -> Plan[F
     Keeps no cached preferences in step (see :func:`remember_plan`).
     """
     where = fact_namespace(scope, scope_id)
-    held: MemoryEntry | None = yield StoreCall("load_by_key", (where, key))
+    held: MemoryEntry | None = yield LoadByKey(where, key)
     if held is None:
         return None
-    deleted: bool = yield StoreCall("delete", (where, held.entry_id))
+    deleted: bool = yield Delete(where, held.entry_id)
     return read_fact(held, where) if deleted else None
 
 
@@ -441,7 +450,7 @@ def find_fact_plan(key: str, visible: list[tuple[FactScope, str | None]]) -> Pla
     """The fact ``key`` of the first of the ``visible`` scopes (most specific first) holding it."""
     for scope, scope_id in visible:
         where = fact_namespace(scope, scope_id)
-        held: MemoryEntry | None = yield StoreCall("load_by_key", (where, key))
+        held: MemoryEntry | None = yield LoadByKey(where, key)
         if held is not None:
             return read_fact(held, where)
     return None
@@ -450,5 +459,5 @@ def find_fact_plan(key: str, visible: list[tuple[FactScope, str | None]]) -> Pla
 def scope_facts_plan(scope: FactScope, scope_id: str | None) -> Plan[list[Fact]]:
     """Every fact of one scope id, in creation order (arguments already checked)."""
     where = fact_namespace(scope, scope_id)
-    entries: list[MemoryEntry] = yield StoreCall("load", (where,))
+    entries: list[MemoryEntry] = yield Load(where)
     return [read_fact(e, where) for e in entries if e.key is not None]

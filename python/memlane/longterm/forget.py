@@ -15,7 +15,16 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
 
-from memlane._runner import Plan, StoreCall, async_method, sync_method
+from memlane._runner import (
+    Clear,
+    DeleteMany,
+    Load,
+    LoadByKey,
+    LoadRange,
+    Plan,
+    async_method,
+    sync_method,
+)
 from memlane._validate import check_identifier, type_name
 from memlane.errors import UserNotFoundError
 from memlane.longterm.episode_model import EPISODES_NAMESPACE
@@ -108,14 +117,14 @@ class UserEraser:
         records: list[MemoryEntry] = []
         users: list[MemoryUser] = []
         for uid in ids:
-            held: MemoryEntry | None = yield StoreCall("load_by_key", (USERS_NAMESPACE, uid))
+            held: MemoryEntry | None = yield LoadByKey(USERS_NAMESPACE, uid)
             if held is not None:
                 records.append(held)
                 users.append(user_from_content(held.content))
         keys = list(dict.fromkeys(k for u in users for k in u.identifier_keys()))
         index: list[MemoryEntry] = []
         for key in keys:
-            claim: MemoryEntry | None = yield StoreCall("load_by_key", (IDENTIFIERS_NAMESPACE, key))
+            claim: MemoryEntry | None = yield LoadByKey(IDENTIFIERS_NAMESPACE, key)
             # An identifier since claimed by someone else is theirs, not this person's.
             if claim is not None and claim.content in ids:
                 index.append(claim)
@@ -123,7 +132,7 @@ class UserEraser:
         for uid in ids:
             held_facts = yield from scope_facts_plan(FactScope.USER, uid)
             facts.extend(namespace(FactScope.USER.value, uid, fact.key) for fact in held_facts)
-        all_episodes: list[MemoryEntry] = yield StoreCall("load", (EPISODES_NAMESPACE,))
+        all_episodes: list[MemoryEntry] = yield Load(EPISODES_NAMESPACE)
         episodes = [e for e in all_episodes if _episode_user(e) in ids and e.key is not None]
         conversations = [c for u in users for c in u.conversation_ids]
         conversations.extend((yield from self._threads_plan(ids)))
@@ -138,12 +147,12 @@ class UserEraser:
         if dry_run:
             return report
         if index:
-            yield StoreCall("delete_many", (IDENTIFIERS_NAMESPACE, [e.entry_id for e in index]))
+            yield DeleteMany(IDENTIFIERS_NAMESPACE, [e.entry_id for e in index])
         for uid in ids:
-            yield StoreCall("clear", (fact_namespace(FactScope.USER, uid),))
+            yield Clear(fact_namespace(FactScope.USER, uid))
         if episodes:
-            yield StoreCall("delete_many", (EPISODES_NAMESPACE, [e.entry_id for e in episodes]))
-        yield StoreCall("delete_many", (USERS_NAMESPACE, [e.entry_id for e in records]))
+            yield DeleteMany(EPISODES_NAMESPACE, [e.entry_id for e in episodes])
+        yield DeleteMany(USERS_NAMESPACE, [e.entry_id for e in records])
         return report
 
     forget_user = sync_method(_forget_user)
@@ -153,9 +162,7 @@ class UserEraser:
         """The user ``text`` names: an id or merged id, else a channel identifier."""
         user = yield from resolve_user_plan(text)
         if user is None and ":" in text:
-            claim: MemoryEntry | None = yield StoreCall(
-                "load_by_key", (IDENTIFIERS_NAMESPACE, text)
-            )
+            claim: MemoryEntry | None = yield LoadByKey(IDENTIFIERS_NAMESPACE, text)
             if claim is not None and isinstance(claim.content, str):
                 user = yield from resolve_user_plan(claim.content)
         if user is None:
@@ -171,16 +178,14 @@ class UserEraser:
         ranged = callable(getattr(self.store, "load_range", None))
         listed: list[MemoryEntry] = []
         if not ranged:
-            listed = yield StoreCall("load", (_CONVERSATIONS,))
+            listed = yield Load(_CONVERSATIONS)
         for uid in ids:
             # thread_id is namespace("thread", user id, workflow): these keys share this
             # prefix, and ";" is the character after ":".
             prefix = namespace("thread", uid) + ":"
             stop = prefix[:-1] + ";"
             if ranged:
-                entries: list[MemoryEntry] = yield StoreCall(
-                    "load_range", (_CONVERSATIONS, prefix, stop)
-                )
+                entries: list[MemoryEntry] = yield LoadRange(_CONVERSATIONS, prefix, stop)
             else:
                 entries = [e for e in listed if e.key is not None and e.key.startswith(prefix)]
             found.extend(e.key for e in entries if e.key is not None)

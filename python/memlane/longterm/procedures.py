@@ -28,7 +28,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError, computed_field, field_validator
 
-from memlane._runner import Plan, Step, StoreCall, async_method, sync_method
+from memlane._runner import Load, LoadByKey, Plan, SaveIf, Step, Then, async_method, sync_method
 from memlane._validate import check_identifier, check_str, type_name
 from memlane.errors import CorruptStoreError, ProcedureNotFoundError
 from memlane.longterm.fuzzy import matches_words
@@ -179,7 +179,7 @@ class Procedures:
         entry = _entry(procedure)
         # Returned as it will be read back (tuples become lists), so the two compare equal.
         stored = _procedure(entry.content)
-        return StoreCall("save_if", (PROCEDURES_NAMESPACE, entry, None), lambda _: stored)
+        return Then(SaveIf(PROCEDURES_NAMESPACE, entry, None), lambda _: stored)
 
     add_procedure = sync_method(_add_procedure)
     async_add_procedure = async_method(_add_procedure)
@@ -242,9 +242,8 @@ class Procedures:
             TypeError, ValueError: ``id`` is not a non-empty ``str``.
         """
         check_identifier(id, "id")
-        return StoreCall(
-            "load_by_key",
-            (PROCEDURES_NAMESPACE, id),
+        return Then(
+            LoadByKey(PROCEDURES_NAMESPACE, id),
             lambda entry: None if entry is None else _procedure(entry.content),
         )
 
@@ -253,7 +252,7 @@ class Procedures:
 
     def _procedures(self) -> Step[list[Procedure]]:
         """Every procedure, in the order they were added."""
-        return StoreCall("load", (PROCEDURES_NAMESPACE,), _loaded)
+        return Then(Load(PROCEDURES_NAMESPACE), _loaded)
 
     procedures = sync_method(_procedures)
     async_procedures = async_method(_procedures)
@@ -274,7 +273,7 @@ class Procedures:
             found.sort(key=lambda p: (p.success_rate, p.times_used), reverse=True)
             return found
 
-        return StoreCall("load", (PROCEDURES_NAMESPACE,), pick)
+        return Then(Load(PROCEDURES_NAMESPACE), pick)
 
     match_procedures = sync_method(_match_procedures)
     async_match_procedures = async_method(_match_procedures)
@@ -288,7 +287,7 @@ def search_procedures_plan(words: list[str], limit: int) -> Plan[list[Procedure]
 
     Recall's search for ``memory_type="procedures"``: in the order added, at most ``limit``.
     """
-    entries: list[MemoryEntry] = yield StoreCall("load", (PROCEDURES_NAMESPACE,))
+    entries: list[MemoryEntry] = yield Load(PROCEDURES_NAMESPACE)
     found = [p for p in _loaded(entries) if matches_words(words, p.search_text())]
     return found[:limit]
 
@@ -305,12 +304,12 @@ def update_record(where: str, key: str, change: Callable[[Any], Any]) -> Plan[An
         The new content, or ``None`` (nothing written) when no record holds ``key``.
     """
     while True:
-        held: MemoryEntry | None = yield StoreCall("load_by_key", (where, key))
+        held: MemoryEntry | None = yield LoadByKey(where, key)
         if held is None:
             return None
         content = change(held.content)
         new = held.model_copy(update={"content": content})
-        if (yield StoreCall("save_if", (where, new, held.version))):
+        if (yield SaveIf(where, new, held.version)):
             return content
 
 

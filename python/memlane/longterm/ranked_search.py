@@ -16,48 +16,61 @@ reading the namespaces.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeGuard
 
-from memlane._runner import Call, Plan, StoreCall, async_method, sync_method
+from memlane._runner import (
+    Call,
+    Load,
+    LoadByKey,
+    Plan,
+    Search,
+    async_method,
+    run_async,
+    run_sync,
+    sync_method,
+)
 from memlane._validate import check_fraction, check_positive_int, check_str
 from memlane.longterm.episode_model import EPISODES_NAMESPACE, Episode
 from memlane.longterm.fact_scopes import MEMORY_TYPES, check_ids, fact_namespace
 from memlane.longterm.model import Fact, FactScope
 from memlane.longterm.procedures import PROCEDURES_NAMESPACE, Procedure
 from memlane.longterm.storage import Storage
-from memlane.stores import MemoryStore, SearchHit
+from memlane.stores import MemoryStore, SearchableStore, SearchHit
 from memlane.stores.protocol import rank_entries, search_terms
 from memlane.types import MemoryEntry
 
-__all__ = ["RankedSearch", "search_call"]
+__all__ = ["RankedSearch", "search_call", "search_plan"]
 
 Record = Fact | Procedure | Episode
+
+
+def search_plan(
+    store: MemoryStore, namespaces: list[str], query: str, limit: int, floor: float
+) -> Plan[list[SearchHit]]:
+    """One ranked search of ``namespaces``: the store's own, or, for a store without
+    ``search``, a read of the namespaces ranked here the same way."""
+    if _searchable(store):
+        hits: list[SearchHit] = yield Search(namespaces, query, limit=limit, min_importance=floor)
+        return hits
+    entries: list[MemoryEntry] = []
+    for name in namespaces:
+        entries.extend((yield Load(name)))
+    return _ranked(entries, query, limit, floor)
 
 
 def search_call(
     store: MemoryStore, namespaces: list[str], query: str, limit: int, floor: float
 ) -> Call:
-    """One store search; a store without ``search`` reads the namespaces and ranks them."""
+    """:func:`search_plan` as one operation, for a plan that yields rather than delegates."""
+    return Call(
+        lambda: run_sync(search_plan(store, namespaces, query, limit, floor), store),
+        lambda: run_async(search_plan(store, namespaces, query, limit, floor), store),
+    )
 
-    def blocking() -> list[SearchHit]:
-        search = getattr(store, "search", None)
-        if search is not None:
-            hits: list[SearchHit] = search(namespaces, query, limit=limit, min_importance=floor)
-            return hits
-        entries = [e for name in namespaces for e in store.load(name)]
-        return _ranked(entries, query, limit, floor)
 
-    async def awaiting() -> list[SearchHit]:
-        search = getattr(store, "async_search", None)
-        if search is not None:
-            hits: list[SearchHit] = await search(
-                namespaces, query, limit=limit, min_importance=floor
-            )
-            return hits
-        entries = [e for name in namespaces for e in await store.async_load(name)]
-        return _ranked(entries, query, limit, floor)
-
-    return Call(blocking, awaiting)
+def _searchable(store: MemoryStore) -> TypeGuard[SearchableStore]:
+    # A store written against the protocol before it had search is still searched (by reading).
+    return callable(getattr(store, "search", None))
 
 
 def _ranked(entries: list[MemoryEntry], query: str, limit: int, floor: float) -> list[SearchHit]:
@@ -139,7 +152,7 @@ class RankedSearch:
             ("episodes", EPISODES_NAMESPACE, Episode.model_validate),
         ):
             if memory_type in (kind, "all"):
-                hits: list[SearchHit] = yield search_call(self.store, [where], query, limit, 0.0)
+                hits = yield from search_plan(self.store, [where], query, limit, 0.0)
                 ranked.extend((h.score, 0.0, len(ranked), load(h.entry.content)) for h in hits)
         ranked.sort(key=lambda r: (-r[0], -r[1], r[2]))
         return [record for _, _, _, record in ranked[:limit]]
@@ -166,16 +179,14 @@ class RankedSearch:
         # case it does not, the next round asks for twice as many.
         wanted = limit * len(names)
         while True:
-            hits: list[SearchHit] = yield search_call(
-                self.store, names, query, wanted, min_confidence
-            )
+            hits = yield from search_plan(self.store, names, query, wanted, min_confidence)
             found: list[tuple[float, Fact]] = []
             for hit in hits:
                 fact = Fact.model_validate(hit.entry.content)
                 level = rank[fact_namespace(fact.scope, fact.scope_id)]
                 hidden = False
                 for name in names[:level]:
-                    if (yield StoreCall("load_by_key", (name, fact.key))) is not None:
+                    if (yield LoadByKey(name, fact.key)) is not None:
                         hidden = True
                         break
                 if not hidden:

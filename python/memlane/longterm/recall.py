@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from memlane._runner import Plan, StoreCall, async_method, sync_method
+from memlane._runner import Load, Plan, async_method, sync_method
 from memlane._validate import check_fraction, check_positive_int, check_str
 from memlane.longterm.episodes import search_episodes_plan
 from memlane.longterm.facts import (
@@ -157,7 +157,7 @@ def visible_facts_plan(
     visible: list[Fact] = []
     for scope, scope_id in check_ids(session_id, user_id, agent_id):
         where = fact_namespace(scope, scope_id)
-        entries: list[MemoryEntry] = yield StoreCall("load", (where,))
+        entries: list[MemoryEntry] = yield Load(where)
         for entry in entries:
             key = entry.key
             if key is None or key in seen:

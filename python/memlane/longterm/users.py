@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from memlane._runner import Plan, StoreCall, async_method, sync_method
+from memlane._runner import Delete, LoadByKey, Plan, SaveIf, async_method, sync_method
 from memlane._validate import check_identifier, check_positive_int, type_name
 from memlane.errors import CorruptStoreError, UserNotFoundError
 from memlane.longterm.episode_model import Episode
@@ -115,7 +115,7 @@ class Users:
         if display_name is not None:
             check_identifier(display_name, "display_name")
         while True:
-            held: MemoryEntry | None = yield StoreCall("load_by_key", (IDENTIFIERS_NAMESPACE, key))
+            held: MemoryEntry | None = yield LoadByKey(IDENTIFIERS_NAMESPACE, key)
             if held is None:
                 created = yield from self._create_user_plan(channel, key, display_name)
                 if created is None:
@@ -146,11 +146,11 @@ class Users:
         )
         record = user_entry(user)
         # The record first: whoever reads the index entry must find the user it names.
-        yield StoreCall("save_if", (USERS_NAMESPACE, record, None))
+        yield SaveIf(USERS_NAMESPACE, record, None)
         claim = MemoryEntry(scope=MemoryScope.LONG_TERM, key=key, content=user.id)
-        if (yield StoreCall("save_if", (IDENTIFIERS_NAMESPACE, claim, None))):
+        if (yield SaveIf(IDENTIFIERS_NAMESPACE, claim, None)):
             return (yield from self._fresh_preferences_plan(user))
-        yield StoreCall("delete", (USERS_NAMESPACE, record.entry_id))
+        yield Delete(USERS_NAMESPACE, record.entry_id)
         return None
 
     def _get_user(self, user_id: str) -> Plan[MemoryUser | None]:
@@ -377,7 +377,7 @@ class Users:
 
 def load_user_plan(user_id: str) -> Plan[MemoryUser | None]:
     """The user stored under ``user_id`` (merges not followed), or ``None``."""
-    held: MemoryEntry | None = yield StoreCall("load_by_key", (USERS_NAMESPACE, user_id))
+    held: MemoryEntry | None = yield LoadByKey(USERS_NAMESPACE, user_id)
     return None if held is None else user_from_content(held.content)
 
 
