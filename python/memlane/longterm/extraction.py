@@ -19,13 +19,15 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field, JsonValue
 
+from memlane._runner import Call, Plan, run_async, run_sync
 from memlane._validate import check_fraction, check_identifier, type_name
 from memlane.longterm.facts import check_scope
-from memlane.longterm.memory import LongTermMemory
+from memlane.longterm.long_term_memory import LongTermMemory
 from memlane.longterm.model import FactScope, FactType, RememberResult, check_enum, render_value
 from memlane.summarization import format_turns
 from memlane.types import ConversationTurn
@@ -33,6 +35,7 @@ from memlane.types import ConversationTurn
 if TYPE_CHECKING:
     from pydantic_ai import Agent
     from pydantic_ai.models import Model
+    from pydantic_ai.run import AgentRunResult
 
 # pydantic-ai is imported by an extractor's creation and runs, not with this module.
 
@@ -94,7 +97,8 @@ class FactExtractor:
     """Asks a model for the facts in conversation turns and merges them into long-term memory.
 
     Made by :func:`create_fact_extractor`. :meth:`async_extract`/:meth:`extract` only ask;
-    :meth:`async_apply`/:meth:`apply` ask and remember. Each call builds its own agent, so no
+    :meth:`async_apply`/:meth:`apply` ask and remember. Each pair runs one plan (the model's
+    run and each ``remember`` are its operations), on the sync or the async runner. Each call builds its own agent, so no
     state is shared between calls and a provider key set after start-up is picked up. An
     error of the model (a provider failure, an answer it could not correct) is raised to the
     caller; nothing is remembered then.
@@ -147,6 +151,40 @@ class FactExtractor:
             )
         return facts
 
+    def _extract_plan(self, turns: Sequence[ConversationTurn]) -> Plan[list[ExtractedFact]]:
+        """The one definition of :meth:`extract` and :meth:`async_extract`."""
+        checked = _check_turns(turns)
+        if not checked:
+            return []
+        agent = self._agent()
+        prompt = format_turns(checked)
+        result: AgentRunResult[list[_Candidate]] = yield Call(
+            lambda: agent.run_sync(prompt), lambda: agent.run(prompt)
+        )
+        return self._checked(result.output)
+
+    def _apply_plan(
+        self,
+        long_term: LongTermMemory,
+        turns: Sequence[ConversationTurn],
+        scope: FactScope | str,
+        scope_id: str | None,
+    ) -> Plan[list[RememberResult]]:
+        """The one definition of :meth:`apply` and :meth:`async_apply`."""
+        where, where_id = _check_target(long_term, scope, scope_id)
+        results: list[RememberResult] = []
+        for fact in (yield from self._extract_plan(turns)):
+            how: dict[str, Any] = {
+                "scope": where,
+                "scope_id": where_id,
+                "fact_type": fact.fact_type,
+                "confidence": fact.confidence,
+            }
+            remember = partial(long_term.remember, fact.key, fact.value, **how)
+            async_remember = partial(long_term.async_remember, fact.key, fact.value, **how)
+            results.append((yield Call(remember, async_remember)))
+        return results
+
     async def async_extract(self, turns: Sequence[ConversationTurn]) -> list[ExtractedFact]:
         """The facts the model finds in ``turns``, checked, in the order it gave them.
 
@@ -161,11 +199,7 @@ class FactExtractor:
         Raises:
             TypeError: ``turns`` holds something other than ``ConversationTurn``.
         """
-        checked = _check_turns(turns)
-        if not checked:
-            return []
-        result = await self._agent().run(format_turns(checked))
-        return self._checked(result.output)
+        return await run_async(self._extract_plan(turns), None)
 
     def extract(self, turns: Sequence[ConversationTurn]) -> list[ExtractedFact]:
         """Sync :meth:`async_extract` (not from inside a running event loop).
@@ -176,10 +210,7 @@ class FactExtractor:
         Returns:
             The facts.
         """
-        checked = _check_turns(turns)
-        if not checked:
-            return []
-        return self._checked(self._agent().run_sync(format_turns(checked)).output)
+        return run_sync(self._extract_plan(turns), None)
 
     async def async_apply(
         self,
@@ -208,18 +239,7 @@ class FactExtractor:
             TypeError, ValueError: A bad ``long_term``, ``scope`` or ``scope_id``, raised
                 before the model is asked.
         """
-        where, where_id = _check_target(long_term, scope, scope_id)
-        return [
-            await long_term.async_remember(
-                fact.key,
-                fact.value,
-                scope=where,
-                scope_id=where_id,
-                fact_type=fact.fact_type,
-                confidence=fact.confidence,
-            )
-            for fact in await self.async_extract(turns)
-        ]
+        return await run_async(self._apply_plan(long_term, turns, scope, scope_id), None)
 
     def apply(
         self,
@@ -240,18 +260,7 @@ class FactExtractor:
         Returns:
             What each ``remember`` did.
         """
-        where, where_id = _check_target(long_term, scope, scope_id)
-        return [
-            long_term.remember(
-                fact.key,
-                fact.value,
-                scope=where,
-                scope_id=where_id,
-                fact_type=fact.fact_type,
-                confidence=fact.confidence,
-            )
-            for fact in self.extract(turns)
-        ]
+        return run_sync(self._apply_plan(long_term, turns, scope, scope_id), None)
 
 
 def create_fact_extractor(
