@@ -16,7 +16,7 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from memlane._runner import Plan, StoreCall, run_sync
+from memlane._runner import LoadByKey, Plan, SaveIf, run_sync
 from memlane._validate import check_fraction, check_identifier
 from memlane.errors import NotFoundError, UserNotFoundError
 from memlane.longterm import Fact, MemoryUser
@@ -264,12 +264,12 @@ def _with_importance(
     """``update_record``, also setting the entry's importance (a fact's confidence is its
     entry's importance, which store searches filter and rank by)."""
     while True:
-        held = yield StoreCall("load_by_key", (where, key))
+        held = yield LoadByKey(where, key)
         if held is None:
             return None
         content = change(held.content)
         new = held.model_copy(update={"content": content, "importance": importance})
-        if (yield StoreCall("save_if", (where, new, held.version))):
+        if (yield SaveIf(where, new, held.version)):
             return content
 
 
