@@ -23,3 +23,58 @@ class TestEveryErrorIsMemlanes:
         from memlane.demo import DemoError
 
         assert issubclass(DemoError, MemlaneError)
+
+
+class TestSharedOldNames:
+    """memlane.shared's names before the sync/async scheme still work, and warn."""
+
+    async def test_memory_methods(self) -> None:
+        from memlane.shared import LocalAgentMemory
+
+        memory = LocalAgentMemory()
+        with pytest.warns(DeprecationWarning, match="add_message"):
+            await memory.add({"type": "user_message", "content": "u"})
+        with pytest.warns(DeprecationWarning, match="add_global_message"):
+            await memory.add_global({"type": "note", "content": "g"})
+        with pytest.warns(DeprecationWarning, match="get_message_history"):
+            shown = await memory.get_history(limit=5)
+        assert [m["content"] for m in shown] == ["u", "g"]
+
+    async def test_state_store_methods(self) -> None:
+        from memlane.shared import SharedStateStore
+
+        state = SharedStateStore()
+        with pytest.warns(DeprecationWarning, match="append_agent_message"):
+            await state.append_agent_msg("job", "w1", {"type": "action", "content": "a"})
+        with pytest.warns(DeprecationWarning, match="get_agent_messages"):
+            assert [m["content"] for m in await state.list_agent_msgs("job", "w1")] == ["a"]
+        with pytest.warns(DeprecationWarning, match="append_conversation_message"):
+            await state.append_conversation_msg("job", {"type": "user_message", "content": "u"})
+        with pytest.warns(DeprecationWarning, match="get_conversation_messages"):
+            assert len(await state.list_conversation_msgs("job")) == 1
+        with pytest.warns(DeprecationWarning, match="append_global_message"):
+            await state.append_global_update("job", {"type": "note", "content": "g"})
+        with pytest.warns(DeprecationWarning, match="get_global_messages"):
+            assert len(await state.list_global_updates("job")) == 1
+
+    def test_class_names_are_the_same_classes(self) -> None:
+        import memlane.shared
+        import memlane.shared.memory
+        from memlane.shared import LocalAgentMemory, ProcessSharedMemory
+
+        for module in (memlane.shared, memlane.shared.memory):
+            with pytest.warns(DeprecationWarning, match="LocalAgentMemory"):
+                assert module.InMemoryMemory is LocalAgentMemory
+            with pytest.warns(DeprecationWarning, match="ProcessSharedMemory"):
+                assert module.SharedInMemoryMemory is ProcessSharedMemory
+
+    def test_memory_from_config(self) -> None:
+        from memlane.shared import BaseMemory, LocalAgentMemory
+        from memlane.shared.config import memory_from_config
+
+        with pytest.warns(DeprecationWarning, match="BaseMemory.from_config"):
+            built = memory_from_config({"type": "InMemoryMemory"})
+        assert isinstance(built, LocalAgentMemory)
+        assert isinstance(BaseMemory.from_config({"type": "LocalAgentMemory"}), LocalAgentMemory)
+        with pytest.warns(DeprecationWarning, match="BaseMemory.from_config"):
+            from memlane.shared import memory_from_config as old  # noqa: F401

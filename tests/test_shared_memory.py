@@ -22,17 +22,16 @@ from memlane.shared import (
     BaseMemory,
     BaseMessageStore,
     HierarchicalMessageStoreMemory,
-    InMemoryMemory,
+    LocalAgentMemory,
     ManagerHistoryFilter,
     MessageStoreMemory,
     OrchestratorHistoryFilter,
-    SharedInMemoryMemory,
+    ProcessSharedMemory,
     SharedMemory,
     SharedStateStore,
     StoreMessageStore,
     WorkerHistoryFilter,
     constants,
-    memory_from_config,
     render,
     to_model_messages,
 )
@@ -108,36 +107,38 @@ class TestSharedStateStore:
 
     async def test_api(self) -> None:
         state = SharedStateStore()
-        await state.append_agent_msg("job", "w1", {"type": "action", "content": "a"})
-        await state.append_global_update("job", {"type": "global_observation", "content": "g"})
-        await state.append_conversation_msg("job", create_user_message("u"))
-        assert contents(await state.list_agent_msgs("job", "w1")) == ["a"]
-        assert contents(await state.list_global_updates("job")) == ["g"]
-        assert contents(await state.list_conversation_msgs("job")) == ["u"]
-        assert await state.list_agent_msgs("other", "w1") == []
+        await state.async_append_agent_message("job", "w1", {"type": "action", "content": "a"})
+        await state.async_append_global_message(
+            "job", {"type": "global_observation", "content": "g"}
+        )
+        await state.async_append_conversation_message("job", create_user_message("u"))
+        assert contents(await state.async_get_agent_messages("job", "w1")) == ["a"]
+        assert contents(await state.async_get_global_messages("job")) == ["g"]
+        assert contents(await state.async_get_conversation_messages("job")) == ["u"]
+        assert await state.async_get_agent_messages("other", "w1") == []
         with pytest.raises(ValueError, match="conversation"):
-            await state.append_conversation_msg("job", create_final("f"))
+            await state.async_append_conversation_message("job", create_final("f"))
         assert SharedStateStore.default() is SharedStateStore.default()
 
     async def test_an_agent_message_of_any_type_is_listed(self) -> None:
         # append_agent_msg writes to the agent's feed whatever the type, as in the framework.
         state = SharedStateStore()
-        await state.append_agent_msg("job", "w1", create_user_message("u"))
-        await state.append_agent_msg("job", "w1", create_assistant_message("a"))
-        assert contents(await state.list_agent_msgs("job", "w1")) == ["u", "a"]
-        assert await state.list_conversation_msgs("job") == []
-        memory = SharedInMemoryMemory("job", "w1", state=state)
-        assert contents(await memory.get_history()) == ["u", "a"]
+        await state.async_append_agent_message("job", "w1", create_user_message("u"))
+        await state.async_append_agent_message("job", "w1", create_assistant_message("a"))
+        assert contents(await state.async_get_agent_messages("job", "w1")) == ["u", "a"]
+        assert await state.async_get_conversation_messages("job") == []
+        memory = ProcessSharedMemory("job", "w1", state=state)
+        assert contents(await memory.async_get_message_history()) == ["u", "a"]
         with pytest.raises(ValueError, match="namespace"):
-            await state.append_agent_msg("", "w1", create_user_message("u"))
+            await state.async_append_agent_message("", "w1", create_user_message("u"))
 
     async def test_500_coroutines_and_threads(self) -> None:
         state = SharedStateStore()
 
         async def step(i: int) -> None:
-            memory = SharedInMemoryMemory("job", f"a{i % 5}", state=state)
-            await memory.add(create_action("step", {"i": i}))
-            await memory.add(create_observation(str(i)))
+            memory = ProcessSharedMemory("job", f"a{i % 5}", state=state)
+            await memory.async_add_message(create_action("step", {"i": i}))
+            await memory.async_add_message(create_observation(str(i)))
 
         def thread(t: int) -> None:
             for i in range(50):
@@ -160,35 +161,35 @@ class TestSharedStateStore:
 
 
 class TestInMemoryMemories:
-    """InMemoryMemory is one agent's own; SharedInMemoryMemory shares by namespace."""
+    """LocalAgentMemory is one agent's own; ProcessSharedMemory shares by namespace."""
 
     async def test_in_memory_memory(self) -> None:
-        memory, other = InMemoryMemory(), InMemoryMemory()
+        memory, other = LocalAgentMemory(), LocalAgentMemory()
         assert isinstance(memory, BaseMemory)
-        await memory.add(create_user_message("u"))
-        await memory.add({"type": "action", "content": "a"})
-        await memory.add(create_observation("o"))
-        assert contents(await memory.get_history()) == ["u", "a", "o"]
-        assert await other.get_history() == []
-        assert contents(await memory.get_history(limit=2)) == ["a", "o"]
+        await memory.async_add_message(create_user_message("u"))
+        await memory.async_add_message({"type": "action", "content": "a"})
+        await memory.async_add_message(create_observation("o"))
+        assert contents(await memory.async_get_message_history()) == ["u", "a", "o"]
+        assert await other.async_get_message_history() == []
+        assert contents(await memory.async_get_message_history(limit=2)) == ["a", "o"]
 
     async def test_shared_in_memory_memory(self) -> None:
         state = SharedStateStore()
-        w1 = SharedInMemoryMemory("job", "worker_1", state=state)
-        w2 = SharedInMemoryMemory("job", "worker_2", state=state)
-        elsewhere = SharedInMemoryMemory("other", "worker_2", state=state)
-        await w1.add(create_action("t", {}))
-        await w1.add_global({"type": "global_observation", "content": "g"})
-        assert contents(await w2.get_history()) == ["t({})", "g"]
-        assert contents(await w2.get_history(filter=WorkerHistoryFilter())) == ["g"]
-        assert await elsewhere.get_history() == []
+        w1 = ProcessSharedMemory("job", "worker_1", state=state)
+        w2 = ProcessSharedMemory("job", "worker_2", state=state)
+        elsewhere = ProcessSharedMemory("other", "worker_2", state=state)
+        await w1.async_add_message(create_action("t", {}))
+        await w1.async_add_global_message({"type": "global_observation", "content": "g"})
+        assert contents(await w2.async_get_message_history()) == ["t({})", "g"]
+        assert contents(await w2.async_get_message_history(filter=WorkerHistoryFilter())) == ["g"]
+        assert await elsewhere.async_get_message_history() == []
         assert w1.namespace == "job"
 
     async def test_the_default_state_is_process_wide(self) -> None:
-        a = SharedInMemoryMemory("test_shared_memory:default", "a")
-        b = SharedInMemoryMemory("test_shared_memory:default", "b")
-        await a.add(create_final("from a"))
-        assert "from a" in contents(await b.get_history())
+        a = ProcessSharedMemory("test_shared_memory:default", "a")
+        b = ProcessSharedMemory("test_shared_memory:default", "b")
+        await a.async_add_message(create_final("from a"))
+        assert "from a" in contents(await b.async_get_message_history())
 
 
 class FiveMethodStore(BaseMessageStore):
@@ -271,27 +272,38 @@ class TestCustomMessageStore:
         manager = HierarchicalMessageStoreMemory(store, "job", "boss", ["w1", "w2"])
         w1 = MessageStoreMemory(store, "job", "w1")
         w2 = MessageStoreMemory(store, "job", "w2")
-        await manager.add(create_user_message("u"))
-        await manager.add(create_task_entry("t1", agent_key="w1"))
-        await w1.add(create_action("a", {}))
-        await w1.add(create_observation("o1"))
-        await w2.add(create_final("f2"))
-        await manager.add_global({"type": "global_observation", "content": "g"})
+        await manager.async_add_message(create_user_message("u"))
+        await manager.async_add_message(create_task_entry("t1", agent_key="w1"))
+        await w1.async_add_message(create_action("a", {}))
+        await w1.async_add_message(create_observation("o1"))
+        await w2.async_add_message(create_final("f2"))
+        await manager.async_add_global_message({"type": "global_observation", "content": "g"})
         # Without timestamps, views list conversation, then traces, then broadcasts.
-        assert contents(await w1.get_history()) == ["u", "t1", "a({})", "o1", "g"]
-        assert contents(await w2.get_history()) == ["u", "f2", "g"]
-        assert contents(await manager.get_history()) == ["t1", "a({})", "o1", "f2", "g"]
-        assert contents(await manager.get_history(filter=ManagerHistoryFilter())) == ["f2", "g"]
-        assert contents(await w1.get_history(filter=WorkerHistoryFilter())) == [
+        assert contents(await w1.async_get_message_history()) == ["u", "t1", "a({})", "o1", "g"]
+        assert contents(await w2.async_get_message_history()) == ["u", "f2", "g"]
+        assert contents(await manager.async_get_message_history()) == [
+            "t1",
+            "a({})",
+            "o1",
+            "f2",
+            "g",
+        ]
+        assert contents(await manager.async_get_message_history(filter=ManagerHistoryFilter())) == [
+            "f2",
+            "g",
+        ]
+        assert contents(await w1.async_get_message_history(filter=WorkerHistoryFilter())) == [
             "u", "t1", "a({})", "o1", "g",
         ]  # fmt: skip
-        orchestrator = await manager.get_history(filter=OrchestratorHistoryFilter(1))
+        orchestrator = await manager.async_get_message_history(filter=OrchestratorHistoryFilter(1))
         assert contents(orchestrator) == ["u"]
-        assert contents(await w1.get_history(limit=2)) == ["o1", "g"]
-        budgeted = await w1.get_history(max_tokens=25)
+        assert contents(await w1.async_get_message_history(limit=2)) == ["o1", "g"]
+        budgeted = await w1.async_get_message_history(max_tokens=25)
         assert budgeted
         assert budgeted[0]["type"] != "observation"
-        assert contents(budgeted) == contents(await w1.get_history())[-len(budgeted) :]
+        assert (
+            contents(budgeted) == contents(await w1.async_get_message_history())[-len(budgeted) :]
+        )
 
     async def test_feeds_that_overlap_list_each_message_once(self) -> None:
         # The frameworks' example stores select a trace by agent_key alone and the
@@ -300,18 +312,18 @@ class TestCustomMessageStore:
         store = ByKeyStore()
         boss = HierarchicalMessageStoreMemory(store, "job", "boss", subordinates=["w1", "w2"])
         w1 = MessageStoreMemory(store, "job", "w1")
-        await w1.add({"type": "user_message", "content": "u", "agent_key": "w1"})
-        await w1.add(create_task_entry("t"))
-        await w1.add_global({"type": "global_observation", "content": "g1"})
-        await boss.add_global({"type": "global_observation", "content": "g2"})
-        await boss.add_global(create_user_message("gu"))
-        assert contents(await w1.get_history()) == ["u", "t", "g1", "g2", "gu"]
-        assert contents(await w1.get_history(limit=4)) == ["t", "g1", "g2", "gu"]
-        assert contents(await w1.get_history(filter=WorkerHistoryFilter())) == [
+        await w1.async_add_message({"type": "user_message", "content": "u", "agent_key": "w1"})
+        await w1.async_add_message(create_task_entry("t"))
+        await w1.async_add_global_message({"type": "global_observation", "content": "g1"})
+        await boss.async_add_global_message({"type": "global_observation", "content": "g2"})
+        await boss.async_add_global_message(create_user_message("gu"))
+        assert contents(await w1.async_get_message_history()) == ["u", "t", "g1", "g2", "gu"]
+        assert contents(await w1.async_get_message_history(limit=4)) == ["t", "g1", "g2", "gu"]
+        assert contents(await w1.async_get_message_history(filter=WorkerHistoryFilter())) == [
             "u", "t", "g1", "g2", "gu",
         ]  # fmt: skip
-        assert contents(await boss.get_history()) == ["t", "g1", "g2", "gu"]
-        assert contents(await boss.get_history(filter=ManagerHistoryFilter())) == [
+        assert contents(await boss.async_get_message_history()) == ["t", "g1", "g2", "gu"]
+        assert contents(await boss.async_get_message_history(filter=ManagerHistoryFilter())) == [
             "g1", "g2", "gu",
         ]  # fmt: skip
 
@@ -326,12 +338,12 @@ class TestModelMessages:
     """A view becomes pydantic-ai messages a worker agent runs with."""
 
     async def test_a_worker_runs_with_its_view(self) -> None:
-        memory = InMemoryMemory()
-        await memory.add(create_user_message("count the rows"))
-        await memory.add(create_action("count", {"table": "sales"}, agent_key="w"))
-        await memory.add(create_observation("42", agent_key="w"))
-        await memory.add(create_assistant_message("there are 42"))
-        history = to_model_messages(await memory.get_history())
+        memory = LocalAgentMemory()
+        await memory.async_add_message(create_user_message("count the rows"))
+        await memory.async_add_message(create_action("count", {"table": "sales"}, agent_key="w"))
+        await memory.async_add_message(create_observation("42", agent_key="w"))
+        await memory.async_add_message(create_assistant_message("there are 42"))
+        history = to_model_messages(await memory.async_get_message_history())
         assert [type(m) for m in history] == [ModelRequest, ModelResponse]
         request = history[0]
         assert isinstance(request, ModelRequest)
@@ -349,7 +361,7 @@ class TestModelMessages:
         result = await Agent(FunctionModel(respond)).run("and now?", message_history=history)
         assert result.output == "done"
         assert seen[0][:2] == history
-        assert to_model_messages(await memory.get_history()) == history
+        assert to_model_messages(await memory.async_get_message_history()) == history
         with pytest.raises(TypeError, match="dict"):
             to_model_messages(["text"])  # type: ignore[list-item]
 
@@ -388,7 +400,7 @@ class TestDelegationRecord:
             manager = HierarchicalMessageStoreMemory(
                 StoreMessageStore(store), "job", "manager", ["researcher", "writer"]
             )
-            view = await manager.get_history()
+            view = await manager.async_get_message_history()
             assert [(m["agent_key"], m["type"]) for m in view] == [
                 ("researcher", "task"),
                 ("researcher", "action"),
@@ -402,7 +414,7 @@ class TestDelegationRecord:
             assert "has 3 parks" in view[2]["content"]
             assert view[3]["content"] == first.output
             assert view[5]["content"] == "RuntimeError: model down"
-            results = await manager.get_history(filter=ManagerHistoryFilter())
+            results = await manager.async_get_message_history(filter=ManagerHistoryFilter())
             assert [m["type"] for m in results] == ["final"]
 
     def test_shared_must_be_a_memory(self) -> None:
@@ -416,26 +428,26 @@ class TestDelegationRecord:
 
 
 class TestConfig:
-    """memory_from_config builds memories from a dict or YAML, ${VAR} from the environment."""
+    """BaseMemory.from_config builds memories from a dict or YAML, ${VAR} from the environment."""
 
     def test_dict(self, monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setenv("JOB_ID", "job-7")
-        memory = memory_from_config(
-            {"type": "SharedInMemoryMemory", "config": {"namespace": "${JOB_ID}", "agent_key": "w"}}
+        memory = BaseMemory.from_config(
+            {"type": "ProcessSharedMemory", "config": {"namespace": "${JOB_ID}", "agent_key": "w"}}
         )
-        assert isinstance(memory, SharedInMemoryMemory)
+        assert isinstance(memory, ProcessSharedMemory)
         assert (memory.namespace, memory.agent_key) == ("job-7", "w")
-        assert isinstance(memory_from_config({"type": "standalone"}), InMemoryMemory)
+        assert isinstance(BaseMemory.from_config({"type": "standalone"}), LocalAgentMemory)
 
     def test_missing_variable_is_named(self, monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv("MEMLANE_NO_SUCH_JOB", raising=False)
         options = {"namespace": "${MEMLANE_NO_SUCH_JOB}", "agent_key": "w"}
-        config = {"type": "SharedInMemoryMemory", "config": options}
+        config = {"type": "ProcessSharedMemory", "config": options}
         with pytest.raises(ValueError, match="MEMLANE_NO_SUCH_JOB"):
-            memory_from_config(config)
+            BaseMemory.from_config(config)
         options["namespace"] = "${MEMLANE_NO_SUCH_JOB:-fallback}"
-        fallback = memory_from_config(config)
-        assert isinstance(fallback, SharedInMemoryMemory)
+        fallback = BaseMemory.from_config(config)
+        assert isinstance(fallback, ProcessSharedMemory)
         assert fallback.namespace == "fallback"
 
     async def test_yaml_presets_and_stores(
@@ -458,16 +470,16 @@ class TestConfig:
             "  subordinates: [worker_1]\n"
             f"  store: {{type: sqlite, path: '{db}'}}\n"
         )
-        worker = memory_from_config(tmp_path / "worker.yaml")
-        manager = memory_from_config(str(tmp_path / "manager.yaml"))
+        worker = BaseMemory.from_config(tmp_path / "worker.yaml")
+        manager = BaseMemory.from_config(str(tmp_path / "manager.yaml"))
         assert isinstance(worker, SharedMemory)
         assert isinstance(worker.filter, WorkerHistoryFilter)
         assert isinstance(manager, SharedMemory)
         assert isinstance(manager.filter, ManagerHistoryFilter)
-        await worker.add(create_action("a", {}))
-        await worker.add(create_final("f"))
-        assert contents(await manager.get_history()) == ["f"]
-        hierarchical = memory_from_config(
+        await worker.async_add_message(create_action("a", {}))
+        await worker.async_add_message(create_final("f"))
+        assert contents(await manager.async_get_message_history()) == ["f"]
+        hierarchical = BaseMemory.from_config(
             {
                 "type": "HierarchicalMessageStoreMemory",
                 "config": {
@@ -486,22 +498,22 @@ class TestConfig:
 
     def test_bad_configs(self, tmp_path: Path) -> None:
         with pytest.raises(ValueError, match="unknown memory type"):
-            memory_from_config({"type": "Nope"})
+            BaseMemory.from_config({"type": "Nope"})
         with pytest.raises(ValueError, match="needs a store"):
-            memory_from_config(
+            BaseMemory.from_config(
                 {"type": "SharedMemory", "config": {"namespace": "j", "agent_key": "w"}}
             )
         with pytest.raises(ValueError, match="unknown filter"):
-            memory_from_config({"type": "standalone", "config": {"filter": "boss"}})
+            BaseMemory.from_config({"type": "standalone", "config": {"filter": "boss"}})
         with pytest.raises(TypeError):
-            memory_from_config(["type"])  # type: ignore[arg-type]
+            BaseMemory.from_config(["type"])  # type: ignore[arg-type]
         with pytest.raises(TypeError):
-            memory_from_config({"type": "standalone", "config": {"colour": "red"}})
+            BaseMemory.from_config({"type": "standalone", "config": {"colour": "red"}})
         bad = tmp_path / "bad.yaml"
         bad.write_text("type: [unclosed\n")
         with pytest.raises(ValueError, match="YAML"):
-            memory_from_config(bad)
+            BaseMemory.from_config(bad)
 
     def test_estimator_is_used(self) -> None:
         estimator = TokenEstimator(mode="heuristic")
-        assert InMemoryMemory(token_estimator=estimator).token_estimator is estimator
+        assert LocalAgentMemory(token_estimator=estimator).token_estimator is estimator

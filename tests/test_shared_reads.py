@@ -152,18 +152,22 @@ class Job:
             message = create_observation(f"extra {i}")
             message["timestamp"] = stamp
             self.messages.append({**message, "agent_key": "worker_1"})
-            await self.worker.add(message)
+            await self.worker.async_add_message(message)
 
     async def view(self, op: str) -> list[dict[str, Any]]:
         if op == "worker":
-            return await self.worker.get_history(filter=WorkerHistoryFilter(), max_tokens=BUDGET)
+            return await self.worker.async_get_message_history(
+                filter=WorkerHistoryFilter(), max_tokens=BUDGET
+            )
         if op == "manager":
-            return await self.manager.get_history(filter=ManagerHistoryFilter(), max_tokens=BUDGET)
+            return await self.manager.async_get_message_history(
+                filter=ManagerHistoryFilter(), max_tokens=BUDGET
+            )
         if op == "orchestrator":
-            return await self.manager.get_history(
+            return await self.manager.async_get_message_history(
                 filter=OrchestratorHistoryFilter(), max_tokens=BUDGET
             )
-        return await self.manager.get_history(limit=20)
+        return await self.manager.async_get_message_history(limit=20)
 
 
 async def reference(messages: list[dict[str, Any]], op: str) -> list[dict[str, Any]]:
@@ -173,12 +177,18 @@ async def reference(messages: list[dict[str, Any]], op: str) -> list[dict[str, A
         store.append("job", message)
     if op == "worker":
         worker = MessageStoreMemory(store, "job", "worker_1")
-        return await worker.get_history(filter=WorkerHistoryFilter(), max_tokens=BUDGET)
+        return await worker.async_get_message_history(
+            filter=WorkerHistoryFilter(), max_tokens=BUDGET
+        )
     boss = HierarchicalMessageStoreMemory(store, "job", "manager", list(WORKERS))
     if op == "manager":
-        return await boss.get_history(filter=ManagerHistoryFilter(), max_tokens=BUDGET)
+        return await boss.async_get_message_history(
+            filter=ManagerHistoryFilter(), max_tokens=BUDGET
+        )
     if op == "orchestrator":
-        return await boss.get_history(filter=OrchestratorHistoryFilter(), max_tokens=BUDGET)
+        return await boss.async_get_message_history(
+            filter=OrchestratorHistoryFilter(), max_tokens=BUDGET
+        )
     every = [*store.get_conversation_messages("job"), *store.get_global_messages("job")]
     every += store.get_all_agent_messages("job")
     every.sort(key=lambda m: m["timestamp"])
@@ -265,13 +275,13 @@ class TestKeptWindows:
     async def test_views_hand_out_copies(self, impl: _backend.Implementation) -> None:
         store = InMemoryStore()
         memory = SharedMemory(store, "job", "w")
-        await memory.add(create_observation("o1"))
-        first = await memory.get_history(limit=5)
+        await memory.async_add_message(create_observation("o1"))
+        first = await memory.async_get_message_history(limit=5)
         first[0]["content"] = "changed"
-        assert [m["content"] for m in await memory.get_history(limit=5)] == ["o1"]
+        assert [m["content"] for m in await memory.async_get_message_history(limit=5)] == ["o1"]
         plain = await memory.message_store.async_get_agent_messages("job", "w")
         plain[0]["content"] = "changed"
-        assert [m["content"] for m in await memory.get_history(limit=5)] == ["o1"]
+        assert [m["content"] for m in await memory.async_get_message_history(limit=5)] == ["o1"]
 
     async def test_another_message_store_sees_appends(
         self, tmp_path: Path, impl: _backend.Implementation
@@ -281,11 +291,11 @@ class TestKeptWindows:
         writer = SharedMemory(store, "job", "w")
         seen = []
         for i in range(2 * BLOCK + 5):
-            await writer.add(create_observation(f"o{i}"))
+            await writer.async_add_message(create_observation(f"o{i}"))
             if i % 97 == 0:
-                seen = await reader.get_history(limit=3)
+                seen = await reader.async_get_message_history(limit=3)
                 assert [m["content"] for m in seen][-1] == f"o{i}"
-        everything = await reader.get_history()
+        everything = await reader.async_get_message_history()
         assert [m["content"] for m in everything] == [f"o{i}" for i in range(2 * BLOCK + 5)]
         store.close()
 
@@ -294,15 +304,15 @@ class TestKeptWindows:
         memory = SharedMemory(store, "job", "w")
 
         async def add(i: int) -> None:
-            await memory.add(create_observation(f"o{i}"))
+            await memory.async_add_message(create_observation(f"o{i}"))
 
         async def look() -> list[dict[str, Any]]:
-            return await SharedMemory(store, "job", "w").get_history(limit=50)
+            return await SharedMemory(store, "job", "w").async_get_message_history(limit=50)
 
         await asyncio.gather(*(add(i) for i in range(300)), *(look() for _ in range(30)))
-        got = [m["content"] for m in await memory.get_history()]
+        got = [m["content"] for m in await memory.async_get_message_history()]
         assert sorted(got) == sorted(f"o{i}" for i in range(300))
-        assert len(await memory.get_history(limit=7)) == 7
+        assert len(await memory.async_get_message_history(limit=7)) == 7
 
     def test_windows_stay_within_their_bound(self) -> None:
         windows = Windows(limit=10)
@@ -352,6 +362,6 @@ class TestEachMessageFilters:
         for i, agent in enumerate("abab"):
             message = create_observation(f"{agent}{i}")
             message["timestamp"] = f"2026-01-01T00:00:0{i}+00:00"
-            await SharedMemory(store, "job", agent).add(message)
-        view = await manager.get_history(filter=NewestTwo(), limit=10)
+            await SharedMemory(store, "job", agent).async_add_message(message)
+        view = await manager.async_get_message_history(filter=NewestTwo(), limit=10)
         assert [m["content"] for m in view] == ["a2", "b3"]

@@ -97,21 +97,21 @@ async def _job(store: MemoryStore, namespace: str = "job") -> None:
     manager = SharedMemory(store, namespace, "manager")
     w1 = SharedMemory(store, namespace, "worker_1")
     w2 = SharedMemory(store, namespace, "worker_2")
-    await manager.add(create_user_message("u1"))
-    await manager.add(create_task_entry("t1", agent_key="worker_1"))
-    await manager.add(create_task_entry("t2", agent_key="worker_2"))
-    await w1.add(create_action("search", {"q": "a"}))
-    await w1.add(create_observation("o1"))
-    await w2.add(create_action("search", {"q": "b"}))
-    await w2.add(create_observation("o2"))
-    await w1.add(create_final("f1"))
-    await w2.add(create_final("f2"))
-    await manager.add(create_synthesis("s1", phase_id=1))
-    await manager.add_global({"type": "global_observation", "content": "g1"})
-    await manager.add(create_assistant_message("a1"))
-    await manager.add(create_user_message("u2"))
-    await manager.add(create_task_entry("t3", agent_key="worker_1"))
-    await w1.add(create_observation("o3"))
+    await manager.async_add_message(create_user_message("u1"))
+    await manager.async_add_message(create_task_entry("t1", agent_key="worker_1"))
+    await manager.async_add_message(create_task_entry("t2", agent_key="worker_2"))
+    await w1.async_add_message(create_action("search", {"q": "a"}))
+    await w1.async_add_message(create_observation("o1"))
+    await w2.async_add_message(create_action("search", {"q": "b"}))
+    await w2.async_add_message(create_observation("o2"))
+    await w1.async_add_message(create_final("f1"))
+    await w2.async_add_message(create_final("f2"))
+    await manager.async_add_message(create_synthesis("s1", phase_id=1))
+    await manager.async_add_global_message({"type": "global_observation", "content": "g1"})
+    await manager.async_add_message(create_assistant_message("a1"))
+    await manager.async_add_message(create_user_message("u2"))
+    await manager.async_add_message(create_task_entry("t3", agent_key="worker_1"))
+    await w1.async_add_message(create_observation("o3"))
 
 
 class TestIsolationAndBroadcast:
@@ -119,30 +119,39 @@ class TestIsolationAndBroadcast:
 
     async def test_whole_feed_is_shared(self, made: Made) -> None:
         await _job(made.store)
-        await SharedMemory(made.store, "other", "worker_1").add(create_final("elsewhere"))
+        await SharedMemory(made.store, "other", "worker_1").async_add_message(
+            create_final("elsewhere")
+        )
         expected = [
             "u1", "t1", "t2", 'search({"q": "a"})', "o1", 'search({"q": "b"})', "o2",
             "f1", "f2", "s1", "g1", "a1", "u2", "t3", "o3",
         ]  # fmt: skip
         for agent in ("manager", "worker_1", "worker_2", "newcomer"):
-            assert contents(await SharedMemory(made.store, "job", agent).get_history()) == expected
-        assert contents(await SharedMemory(made.store, "other", "x").get_history()) == ["elsewhere"]
+            assert (
+                contents(await SharedMemory(made.store, "job", agent).async_get_message_history())
+                == expected
+            )
+        assert contents(
+            await SharedMemory(made.store, "other", "x").async_get_message_history()
+        ) == ["elsewhere"]
 
     async def test_broadcast_reaches_every_agent_of_its_namespace_only(self, made: Made) -> None:
         messages = StoreMessageStore(made.store)
-        await SharedMemory(messages, "a", "boss").add_global({"type": "note", "content": "hi"})
+        await SharedMemory(messages, "a", "boss").async_add_global_message(
+            {"type": "note", "content": "hi"}
+        )
         for agent in ("w1", "w2"):
-            view = await MessageStoreMemory(messages, "a", agent).get_history()
+            view = await MessageStoreMemory(messages, "a", agent).async_get_message_history()
             assert contents(view) == ["hi"]
             assert view[0]["is_global"] is True
-            assert await MessageStoreMemory(messages, "b", agent).get_history() == []
+            assert await MessageStoreMemory(messages, "b", agent).async_get_message_history() == []
 
     async def test_names_are_escaped(self, made: Made) -> None:
         """A namespace or agent named with separators never reaches another's feed."""
         messages = StoreMessageStore(made.store)
-        await SharedMemory(messages, "a:b", "x").add(create_final("ab"))
-        await SharedMemory(messages, "a", "b:x").add(create_final("a-bx"))
-        await SharedMemory(messages, "a%3Ab", "x%").add(create_final("escaped"))
+        await SharedMemory(messages, "a:b", "x").async_add_message(create_final("ab"))
+        await SharedMemory(messages, "a", "b:x").async_add_message(create_final("a-bx"))
+        await SharedMemory(messages, "a%3Ab", "x%").async_add_message(create_final("escaped"))
         assert contents(messages.get_agent_messages("a:b", "x")) == ["ab"]
         assert contents(messages.get_agent_messages("a", "b:x")) == ["a-bx"]
         assert messages.get_agent_messages("a", "b") == []
@@ -156,10 +165,10 @@ class TestRoleViews:
     async def test_worker_view(self, made: Made) -> None:
         await _job(made.store)
         worker = MessageStoreMemory(StoreMessageStore(made.store), "job", "worker_1")
-        assert contents(await worker.get_history()) == [
+        assert contents(await worker.async_get_message_history()) == [
             "u1", "t1", 'search({"q": "a"})', "o1", "f1", "g1", "a1", "u2", "t3", "o3",
         ]  # fmt: skip
-        current = await worker.get_history(filter=WorkerHistoryFilter())
+        current = await worker.async_get_message_history(filter=WorkerHistoryFilter())
         assert contents(current) == ["u1", "g1", "a1", "u2", "t3", "o3"]
 
     async def test_manager_view(self, made: Made) -> None:
@@ -167,13 +176,13 @@ class TestRoleViews:
         manager = HierarchicalMessageStoreMemory(
             StoreMessageStore(made.store), "job", "manager", subordinates=["worker_1", "worker_2"]
         )
-        assert contents(await manager.get_history()) == [
+        assert contents(await manager.async_get_message_history()) == [
             "t1", "t2", 'search({"q": "a"})', "o1", 'search({"q": "b"})', "o2",
             "f1", "f2", "s1", "g1", "t3", "o3",
         ]  # fmt: skip
         # The tasks the manager handed out are its workers' (their agent_key), so the
         # filtered view keeps of them only the results and the synthesis.
-        assert contents(await manager.get_history(filter=ManagerHistoryFilter())) == [
+        assert contents(await manager.async_get_message_history(filter=ManagerHistoryFilter())) == [
             "f1",
             "f2",
             "s1",
@@ -185,16 +194,16 @@ class TestRoleViews:
         orchestrator = SharedMemory(made.store, "job", "manager")
         # The conversation only (the issue's "conversation only, newest N turns"): no trace
         # of the orchestrator's own and no broadcast.
-        last = await orchestrator.get_history(filter=OrchestratorHistoryFilter(1))
+        last = await orchestrator.async_get_message_history(filter=OrchestratorHistoryFilter(1))
         assert contents(last) == ["u2"]
-        both = await orchestrator.get_history(filter=OrchestratorHistoryFilter())
+        both = await orchestrator.async_get_message_history(filter=OrchestratorHistoryFilter())
         assert contents(both) == ["u1", "a1", "u2"]
         assert OrchestratorHistoryFilter().max_conversation_turns == 10
 
     async def test_filter_set_on_the_memory(self, made: Made) -> None:
         await _job(made.store)
         worker = SharedMemory(made.store, "job", "worker_2", filter=WorkerHistoryFilter())
-        assert contents(await worker.get_history()) == [
+        assert contents(await worker.async_get_message_history()) == [
             "u1", "t2", 'search({"q": "b"})', "o2", "f2", "g1", "a1", "u2",
         ]  # fmt: skip
 
@@ -215,12 +224,15 @@ class TestLimit:
     async def test_view_limits(self, made: Made) -> None:
         await _job(made.store)
         view = SharedMemory(made.store, "job", "x")
-        everything = await view.get_history()
+        everything = await view.async_get_message_history()
         for n in (1, 4, 15, 50):
-            assert await view.get_history(limit=n) == everything[-n:]
+            assert await view.async_get_message_history(limit=n) == everything[-n:]
         worker = SharedMemory(made.store, "job", "worker_1")
-        whole = await worker.get_history(filter=WorkerHistoryFilter())
-        assert await worker.get_history(filter=WorkerHistoryFilter(), limit=3) == whole[-3:]
+        whole = await worker.async_get_message_history(filter=WorkerHistoryFilter())
+        assert (
+            await worker.async_get_message_history(filter=WorkerHistoryFilter(), limit=3)
+            == whole[-3:]
+        )
 
 
 def _reference(view: list[dict[str, Any]], max_tokens: int) -> list[dict[str, Any]]:
@@ -242,14 +254,14 @@ class TestBudget:
 
     async def test_budgets_match_the_reference(self, made: Made) -> None:
         memory = SharedMemory(made.store, "job", "w")
-        await memory.add(create_user_message("please look into this"))
+        await memory.async_add_message(create_user_message("please look into this"))
         for i in range(150):
-            await memory.add(create_action("lookup", {"item": i}))
-            await memory.add(create_observation(f"item {i} is " + "long " * (i % 7)))
-        view = await memory.get_history()
+            await memory.async_add_message(create_action("lookup", {"item": i}))
+            await memory.async_add_message(create_observation(f"item {i} is " + "long " * (i % 7)))
+        view = await memory.async_get_message_history()
         estimator = TokenEstimator()
         for budget in (1, 5, 17, 40, 99, 500, 3_000, 100_000):
-            got = await memory.get_history(max_tokens=budget)
+            got = await memory.async_get_message_history(max_tokens=budget)
             assert got == _reference(view, budget), budget
             assert sum(estimator.estimate(render(m)) for m in got) <= budget
             if got:
@@ -258,8 +270,10 @@ class TestBudget:
     async def test_budget_with_limit_and_filter(self, made: Made) -> None:
         await _job(made.store)
         worker = SharedMemory(made.store, "job", "worker_1")
-        whole = await worker.get_history(filter=WorkerHistoryFilter())
-        got = await worker.get_history(filter=WorkerHistoryFilter(), max_tokens=12, limit=4)
+        whole = await worker.async_get_message_history(filter=WorkerHistoryFilter())
+        got = await worker.async_get_message_history(
+            filter=WorkerHistoryFilter(), max_tokens=12, limit=4
+        )
         assert got == _reference(whole[-4:], 12)
         assert got
 
@@ -284,28 +298,28 @@ class TestBadInput:
         ]
         for message, error in bad:
             with pytest.raises(error):
-                await memory.add(message)
+                await memory.async_add_message(message)
             with pytest.raises(error):
-                await memory.add_global(message)
+                await memory.async_add_global_message(message)
         messages = StoreMessageStore(made.store)
         with pytest.raises(TypeError):
             messages.append("job", "text")  # type: ignore[arg-type]
         with pytest.raises(ValueError, match="location"):
             messages.append("", {"type": "final", "content": "x"})
-        assert await memory.get_history() == []
+        assert await memory.async_get_message_history() == []
         assert made.store.namespaces() == []
 
     async def test_bad_arguments(self, made: Made) -> None:
         messages = StoreMessageStore(made.store)
         memory = SharedMemory(messages, "job", "w")
         with pytest.raises(TypeError, match="limit"):
-            await memory.get_history(limit="3")  # type: ignore[arg-type]
+            await memory.async_get_message_history(limit="3")  # type: ignore[arg-type]
         with pytest.raises(ValueError, match="limit"):
             messages.get_global_messages("job", limit=0)
         with pytest.raises(ValueError, match="max_tokens"):
-            await memory.get_history(max_tokens=-1)
+            await memory.async_get_message_history(max_tokens=-1)
         with pytest.raises(TypeError, match="filter"):
-            await memory.get_history(filter="worker")  # type: ignore[arg-type]
+            await memory.async_get_message_history(filter="worker")  # type: ignore[arg-type]
         with pytest.raises(TypeError, match="agent_keys"):
             messages.get_team_messages("job", "w")
         with pytest.raises(ValueError, match="agent_key"):
@@ -322,8 +336,8 @@ class TestConcurrency:
 
         async def agent_step(i: int) -> None:
             memory = SharedMemory(messages, "job", f"a{i % 5}")
-            await memory.add(create_action("step", {"i": i}))
-            await memory.add(create_observation(f"{i}"))
+            await memory.async_add_message(create_action("step", {"i": i}))
+            await memory.async_add_message(create_observation(f"{i}"))
 
         await asyncio.gather(*(agent_step(i) for i in range(500)))
         # A fresh reader (another process's view) finds every message exactly once.
@@ -339,7 +353,7 @@ class TestConcurrency:
             # Each coroutine's action comes before its observation.
             for i in steps:
                 assert seen.index(f'step({{"i": {i}}})') < seen.index(str(i))
-        assert len(await SharedMemory(fresh, "job", "u").get_history()) == 1000
+        assert len(await SharedMemory(fresh, "job", "u").async_get_message_history()) == 1000
 
 
 class CountingStore:
@@ -371,9 +385,9 @@ class TestViewsReadOnlyWhatTheyShow:
         messages = StoreMessageStore(made.store)
         writer = SharedMemory(messages, "job", "w")
         for i in range(400):
-            await writer.add(create_final(f"r{i}", agent_key=f"w{i % 4}"))
+            await writer.async_add_message(create_final(f"r{i}", agent_key=f"w{i % 4}"))
             if i % 10 == 0:
-                await writer.add(create_user_message(f"u{i}"))
+                await writer.async_add_message(create_user_message(f"u{i}"))
         counting = CountingStore(made.store)
         reader = SharedMemory(
             StoreMessageStore(counting),
@@ -381,15 +395,15 @@ class TestViewsReadOnlyWhatTheyShow:
             "w1",
             filter=WorkerHistoryFilter(),
         )
-        view = await reader.get_history(limit=10)
+        view = await reader.async_get_message_history(limit=10)
         assert len(view) == 10
         first = counting.read
         counting.read = 0
-        assert await reader.get_history(limit=10) == view
+        assert await reader.async_get_message_history(limit=10) == view
         assert counting.read <= 2 * 10  # two feeds with messages, the newest 10 of each
         assert first <= 2 * 10
         counting.read = 0
-        await reader.get_history(max_tokens=30)
+        await reader.async_get_message_history(max_tokens=30)
         assert counting.read <= 2 * 64
 
 
@@ -397,11 +411,11 @@ class TestProcesses:
     """Two interpreters on one namespace see each other's messages, in one order."""
 
     async def test_two_processes(self, shared: Made, impl: _backend.Implementation) -> None:
-        await SharedMemory(shared.store, "job", "warm").add(create_final("warm"))
+        await SharedMemory(shared.store, "job", "warm").async_add_message(create_final("warm"))
         cfg = {"kind": shared.kind, **shared.cfg, "rounds": 30}
         views = await asyncio.to_thread(_race, cfg, impl, 2)
         assert views[0] == views[1]
-        own = await SharedMemory(shared.store, "job", "x").get_history()
+        own = await SharedMemory(shared.store, "job", "x").async_get_message_history()
         assert [m["content"] for m in own] == views[0]
         for p in range(2):
             mine = [c for c in views[0] if c.startswith((f"p{p}:act", f"p{p}:obs"))]
@@ -476,16 +490,16 @@ me = cfg["me"]
 
 async def main():
     memory = SharedMemory(store, "job", f"p{me}")
-    await memory.get_history(limit=1)  # connected before the race starts
+    await memory.async_get_message_history(limit=1)  # connected before the race starts
     print("ready", flush=True)
     sys.stdin.readline()
-    await memory.add(create_user_message(f"p{me}:said"))
+    await memory.async_add_message(create_user_message(f"p{me}:said"))
     for i in range(cfg["rounds"]):
-        await memory.add(create_action("step", {"i": i}) | {"content": f"p{me}:act:{i}"})
-        await memory.add(create_observation(f"p{me}:obs:{i}"))
+        await memory.async_add_message(create_action("step", {"i": i}) | {"content": f"p{me}:act:{i}"})
+        await memory.async_add_message(create_observation(f"p{me}:obs:{i}"))
     print("written", flush=True)
     sys.stdin.readline()
-    view = await SharedMemory(store, "job", "reader").get_history()
+    view = await SharedMemory(store, "job", "reader").async_get_message_history()
     print(json.dumps([m["content"] for m in view]), flush=True)
     await store.async_close()
 

@@ -10,7 +10,7 @@ from typing import ParamSpec, TypeVar
 P = ParamSpec("P")
 T = TypeVar("T")
 
-__all__ = ["deprecated_alias", "warn_renamed"]
+__all__ = ["deprecated_alias", "moved_names", "warn_renamed"]
 
 
 def warn_renamed(old: str, new: str, *, stacklevel: int = 3) -> None:
@@ -37,3 +37,20 @@ def deprecated_alias(function: Callable[P, T], old: str, new: str) -> Callable[P
     alias.__name__ = alias.__qualname__ = old.rsplit(".", 1)[-1]
     alias.__doc__ = f"Deprecated alias of :func:`{new}` (kept for one release)."
     return alias
+
+
+def moved_names(module: str, renamed: dict[str, tuple[str, object]]) -> Callable[[str], object]:
+    """A module ``__getattr__`` serving each old name of ``renamed`` (old: (new, object)).
+
+    The old name is the same object as the new one (``isinstance`` and ``is`` keep their
+    answers); reading it, by attribute or ``from ... import``, warns once per call site.
+    """
+
+    def module_getattr(name: str) -> object:
+        if name in renamed:
+            new, value = renamed[name]
+            warn_renamed(f"{module}.{name}", new)
+            return value
+        raise AttributeError(f"module {module!r} has no attribute {name!r}")
+
+    return module_getattr

@@ -167,15 +167,17 @@ class DelegationRouter:
             return await choice.run(user_prompt, conversation_id=conversation_id, **kwargs)
         name = choice.name
         assert name is not None  # every delegate was checked to have one
-        await shared.add(create_task_entry(_prompt_text(user_prompt), agent_key=name))
+        await shared.async_add_message(create_task_entry(_prompt_text(user_prompt), agent_key=name))
         try:
             result = await choice.run(user_prompt, conversation_id=conversation_id, **kwargs)
         except Exception as exc:
-            await shared.add(create_error(f"{type(exc).__name__}: {exc}", agent_key=name))
+            await shared.async_add_message(
+                create_error(f"{type(exc).__name__}: {exc}", agent_key=name)
+            )
             raise
         for message in _trace(result.new_messages(), name):
-            await shared.add(message)
-        await shared.add(create_final(_jsonable(result.output), agent_key=name))
+            await shared.async_add_message(message)
+        await shared.async_add_message(create_final(_jsonable(result.output), agent_key=name))
         return result
 
 

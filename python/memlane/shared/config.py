@@ -1,4 +1,4 @@
-"""Memories from configuration: :func:`memory_from_config`, from a ``dict`` or a YAML file.
+"""Memories from configuration: :meth:`BaseMemory.from_config`, from a ``dict`` or a YAML file.
 
 A configuration names a memory class or a preset under ``type`` and its arguments under
 ``config``::
@@ -12,7 +12,7 @@ A configuration names a memory class or a preset under ``type`` and its argument
 
 ``${VAR}`` anywhere in a string is replaced by the environment variable ``VAR`` (a missing
 one is an error naming it; ``${VAR:-fallback}`` gives ``fallback`` instead). Presets:
-``standalone`` (an :class:`~memlane.shared.InMemoryMemory`), ``worker`` and ``manager`` (a
+``standalone`` (a :class:`~memlane.shared.LocalAgentMemory`), ``worker`` and ``manager`` (a
 shared memory with the worker or manager view, on ``store`` if one is configured, else in
 this process).
 """
@@ -25,25 +25,26 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from memlane._deprecation import deprecated_alias
 from memlane._validate import type_name
+from memlane.shared.agent_memories import (
+    BaseMemory,
+    HierarchicalMessageStoreMemory,
+    LocalAgentMemory,
+    MessageStoreMemory,
+    ProcessSharedMemory,
+    SharedMemory,
+)
 from memlane.shared.filters import (
     HistoryFilter,
     ManagerHistoryFilter,
     OrchestratorHistoryFilter,
     WorkerHistoryFilter,
 )
-from memlane.shared.memory import (
-    BaseMemory,
-    HierarchicalMessageStoreMemory,
-    InMemoryMemory,
-    MessageStoreMemory,
-    SharedInMemoryMemory,
-    SharedMemory,
-)
 from memlane.shared.persistent import StoreMessageStore
 from memlane.stores import FileStore, InMemoryStore, MemoryStore, SQLiteStore
 
-__all__ = ["PRESETS", "memory_from_config"]
+__all__ = ["PRESETS", "build_memory", "memory_from_config"]
 
 PRESETS = ("standalone", "worker", "manager")
 """The preset names ``type`` accepts besides the memory classes."""
@@ -133,15 +134,17 @@ def _build(kind: str, options: dict[str, Any], store: MemoryStore | None) -> Bas
     spec = options.pop("store", None)
     if spec is not None:
         store = spec if isinstance(spec, MemoryStore) else _make_store(spec)
+    # A configuration is data: the classes' former names keep meaning what they did.
+    kind = _FORMER_NAMES.get(kind, kind)
     if kind == "standalone":
-        kind = "InMemoryMemory"
+        kind = "LocalAgentMemory"
     elif kind in ("worker", "manager"):
         options.setdefault("filter", _make_filter(kind))
-        kind = "SharedInMemoryMemory" if store is None else "SharedMemory"
-    if kind == "InMemoryMemory":
-        return InMemoryMemory(**options)
-    if kind == "SharedInMemoryMemory":
-        return SharedInMemoryMemory(**options)
+        kind = "ProcessSharedMemory" if store is None else "SharedMemory"
+    if kind == "LocalAgentMemory":
+        return LocalAgentMemory(**options)
+    if kind == "ProcessSharedMemory":
+        return ProcessSharedMemory(**options)
     if store is None:
         raise ValueError(f"{kind} needs a store: give config.store or store=")
     if kind == "SharedMemory":
@@ -152,9 +155,15 @@ def _build(kind: str, options: dict[str, Any], store: MemoryStore | None) -> Bas
     return HierarchicalMessageStoreMemory(messages, **options)
 
 
+_FORMER_NAMES = {
+    "InMemoryMemory": "LocalAgentMemory",
+    "SharedInMemoryMemory": "ProcessSharedMemory",
+}
+
 _KINDS = (
-    "InMemoryMemory",
-    "SharedInMemoryMemory",
+    "LocalAgentMemory",
+    "ProcessSharedMemory",
+    *_FORMER_NAMES,
     "SharedMemory",
     "MessageStoreMemory",
     "HierarchicalMessageStoreMemory",
@@ -162,10 +171,10 @@ _KINDS = (
 )
 
 
-def memory_from_config(
+def build_memory(
     config: Mapping[str, Any] | str | os.PathLike[str], *, store: MemoryStore | None = None
 ) -> BaseMemory:
-    """The memory a configuration describes.
+    """The memory a configuration describes (what :meth:`BaseMemory.from_config` builds).
 
     Args:
         config: A mapping with ``type`` (a memory class name or a preset) and ``config``
@@ -200,3 +209,8 @@ def memory_from_config(
     if not isinstance(options, Mapping):
         raise TypeError(f"config.config must be a mapping, not {type_name(options)}")
     return _build(kind, dict(options), store)
+
+
+memory_from_config = deprecated_alias(
+    build_memory, "memlane.shared.memory_from_config", "BaseMemory.from_config"
+)

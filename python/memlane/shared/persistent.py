@@ -417,4 +417,3 @@ class StoreMessageStore(BaseMessageStore):
     async_list_agents = async_method(_list_agents)
     append = sync_method(_append)
     async_append = async_method(_append)
-    _async_view = async_method(_view)
