@@ -1,20 +1,21 @@
 """Chain-of-density summaries (Adams et al., 2023): a first summary, then loops that each add
 the salient facts it misses without making it longer, so it gets denser, not longer.
 
-The loop is written once, as steps that say which prompt to send next
-(:func:`_density_steps`); :func:`chain_of_density_summary` runs them with blocking model
-calls and :func:`async_chain_of_density_summary` awaits them.
+The loop is written once, as a plan (:mod:`memlane._runner`) whose model calls are
+:class:`~memlane._runner.Call` operations: :func:`chain_of_density_summary` runs it with
+blocking model calls and :func:`async_chain_of_density_summary` awaits them.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Generator, Iterable
+from collections.abc import Iterable
 
 from pydantic import BaseModel, Field
 from pydantic_ai import Agent
 from pydantic_ai.models import Model
 
+from memlane._runner import Call, Plan, run_async, run_sync
 from memlane.strategies.interactions import Interaction, part_content, part_role
 from memlane.summarization import fit_tokens
 from memlane.tokens import TokenEstimator
@@ -123,31 +124,47 @@ def _denser_prompt(source: str, summary: str, tokens: int) -> str:
     )
 
 
-def _density_steps(
+def _ask(agent: Agent[None, DensityStep], prompt: str) -> Call:
+    async def awaiting() -> DensityStep:
+        return (await agent.run(prompt)).output
+
+    return Call(lambda: agent.run_sync(prompt).output, awaiting)
+
+
+def _density_plan(
+    agent: Agent[None, DensityStep],
     interactions_text: str,
     previous_summary: str | None,
     max_loops: int,
     max_summary_tokens: int | None,
     estimator: TokenEstimator,
-) -> Generator[str, DensityStep | None, str]:
-    """Yields each prompt and receives the model's answer (``None``: the call failed).
+) -> Plan[str]:
+    """The chain: each model call is a :class:`~memlane._runner.Call` the runner makes.
 
     Returns the summary: the last one that was not longer than the one before it. Stops
-    early when a loop finds nothing missing, fails, or answers longer or empty.
+    early when a loop finds nothing missing, fails, or answers longer or empty; a failure of
+    the first call is raised.
     """
     if max_loops < 1:
         raise ValueError(f"max_loops must be >= 1, got {max_loops!r}")
     source = _source(interactions_text, previous_summary)
-    step = yield _first_prompt(source, max_summary_tokens)
-    if step is None or not step.summary.strip():
+    step: DensityStep = yield _ask(agent, _first_prompt(source, max_summary_tokens))
+    if not step.summary.strip():
         raise ValueError("the summary model returned no summary")
     summary = step.summary.strip()
     if max_summary_tokens is not None:
         summary = fit_tokens(summary, max_summary_tokens, estimator)
     tokens = estimator.estimate(summary)
-    for _ in range(max_loops - 1):
-        step = yield _denser_prompt(source, summary, tokens)
-        if step is None:
+    for loop in range(2, max_loops + 1):
+        try:
+            step = yield _ask(agent, _denser_prompt(source, summary, tokens))
+        except Exception as exc:  # noqa: BLE001  # a later loop's failure keeps the summary so far
+            logger.warning(
+                "memlane: chain-of-density loop %d failed (%s: %s); keeping the summary so far",
+                loop,
+                type(exc).__name__,
+                exc,
+            )
             break
         denser = step.summary.strip()
         denser_tokens = estimator.estimate(denser)
@@ -170,17 +187,6 @@ def _agent(model: Model | str, instructions: str | None) -> Agent[None, DensityS
     # history) leaks into it.
     text = COD_INSTRUCTIONS if not instructions else f"{COD_INSTRUCTIONS}\n\n{instructions}"
     return Agent(model, output_type=DensityStep, instructions=text, name="memlane-chain-of-density")
-
-
-def _failed(loop: int, exc: Exception) -> None:
-    if loop == 1:
-        raise exc
-    logger.warning(
-        "memlane: chain-of-density loop %d failed (%s: %s); keeping the summary so far",
-        loop,
-        type(exc).__name__,
-        exc,
-    )
 
 
 def chain_of_density_summary(
@@ -218,29 +224,15 @@ def chain_of_density_summary(
         ValueError: ``max_loops`` < 1, or the first call returned no summary.
         Exception: Whatever the first model call raised.
     """
-    agent = _agent(model, instructions)
-    steps = _density_steps(
+    plan = _density_plan(
+        _agent(model, instructions),
         interactions_text,
         previous_summary,
         max_loops,
         max_summary_tokens,
         estimator if estimator is not None else TokenEstimator(),
     )
-    prompt = next(steps)
-    loop = 1
-    try:
-        while True:
-            output: DensityStep | None
-            try:
-                output = agent.run_sync(prompt).output
-            except Exception as exc:  # noqa: BLE001  # a later loop's failure keeps the summary so far
-                _failed(loop, exc)
-                output = None
-            prompt = steps.send(output)
-            loop += 1
-    except StopIteration as done:
-        summary: str = done.value
-        return summary
+    return run_sync(plan, None)
 
 
 async def async_chain_of_density_summary(
@@ -257,26 +249,12 @@ async def async_chain_of_density_summary(
 
     Args and return as for :func:`chain_of_density_summary`.
     """
-    agent = _agent(model, instructions)
-    steps = _density_steps(
+    plan = _density_plan(
+        _agent(model, instructions),
         interactions_text,
         previous_summary,
         max_loops,
         max_summary_tokens,
         estimator if estimator is not None else TokenEstimator(),
     )
-    prompt = next(steps)
-    loop = 1
-    try:
-        while True:
-            output: DensityStep | None
-            try:
-                output = (await agent.run(prompt)).output
-            except Exception as exc:  # noqa: BLE001  # a later loop's failure keeps the summary so far
-                _failed(loop, exc)
-                output = None
-            prompt = steps.send(output)
-            loop += 1
-    except StopIteration as done:
-        summary: str = done.value
-        return summary
+    return await run_async(plan, None)
