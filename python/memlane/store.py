@@ -9,7 +9,6 @@ from memlane.stores.file import FileStore, namespace_filename
 from memlane.stores.memory import InMemoryStore
 from memlane.stores.protocol import (
     MemoryStore,
-    _find_unstorable,
     check_entry,
     check_entry_id,
     check_key,
@@ -20,6 +19,7 @@ from memlane.stores.protocol import (
     row_to_entry,
 )
 from memlane.stores.sqlite import SQLiteStore
+from memlane.stores.stored_values import _find_unstorable
 
 check_key_like = check_entry_id
 """The former name of :func:`~memlane.stores.protocol.check_entry_id`."""

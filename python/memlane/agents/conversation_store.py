@@ -27,7 +27,7 @@ _ENTRY_ADAPTER: TypeAdapter[ConversationEntry] = TypeAdapter(ConversationEntry)
 _RECORD_KIND = "pydantic-ai-record"
 _TOMBSTONE_KIND = "pydantic-ai-tombstone"
 
-SaveIf = Callable[[str, MemoryEntry, int | None], Awaitable[bool]]
+ConditionalWrite = Callable[[str, MemoryEntry, int | None], Awaitable[bool]]
 
 
 class MemlaneConversationStore(ConversationStore):
@@ -117,13 +117,13 @@ class MemlaneConversationStore(ConversationStore):
             return None
         return _RECORD_ADAPTER.validate_python(stored.content)
 
-    def _save_if(self) -> SaveIf:
+    def _save_if(self) -> ConditionalWrite:
         """The store's ``async_save_if``, which every write of a record needs.
 
         Raises:
             TypeError: The store has no ``save_if``/``async_save_if``.
         """
-        save_if: SaveIf | None = getattr(self.store, "async_save_if", None)
+        save_if: ConditionalWrite | None = getattr(self.store, "async_save_if", None)
         if save_if is None or getattr(self.store, "save_if", None) is None:
             raise TypeError(
                 f"{type(self.store).__name__} has no save_if: conditional writes "

@@ -15,24 +15,40 @@ alone still passes every ``MemoryStore`` check and works where no conditional wr
 
 from __future__ import annotations
 
-import json
-import math
-import re
-from collections.abc import Callable, Iterable, Sequence
-from datetime import UTC, datetime
+from collections.abc import Sequence
 from types import TracebackType
-from typing import Any, NamedTuple, Protocol, Self, TypeVar, runtime_checkable
+from typing import Protocol, Self, TypeVar, runtime_checkable
 
-from pydantic_core import PydanticSerializationError, to_json
-
-from memlane._pure.store import Row
 from memlane._validate import check_identifier, check_str, type_name
-from memlane.errors import CorruptStoreError, UnstorableValueError
-from memlane.types import CheckedJson, MemoryEntry, MemoryScope
+
+# Re-exported: every name below lived here before the split, and stores import it from here.
+from memlane.stores.ranking import (
+    BM25_B,
+    BM25_K1,
+    SEARCH_TEXT,
+    SearchHit,
+    bm25,
+    rank_entries,
+    search_terms,
+    search_text,
+)
+from memlane.stores.stored_values import (
+    check_storable,
+    dumps_json,
+    entry_to_row,
+    find_in_json,
+    find_unstorable,
+    now,
+    row_to_entry,
+    timestamp,
+)
+from memlane.types import MemoryEntry
 
 T = TypeVar("T")
 
 __all__ = [
+    "BM25_B",
+    "BM25_K1",
     "MAX_VERSION",
     "SEARCH_TEXT",
     "AsyncMemoryStore",
@@ -41,6 +57,7 @@ __all__ = [
     "SearchHit",
     "SearchableStore",
     "SyncMemoryStore",
+    "bm25",
     "check_entry",
     "check_entry_id",
     "check_entry_ids",
@@ -53,12 +70,15 @@ __all__ = [
     "check_storable",
     "dumps_json",
     "entry_to_row",
+    "find_in_json",
     "find_unstorable",
     "next_version",
+    "now",
     "rank_entries",
     "row_to_entry",
     "search_terms",
     "search_text",
+    "timestamp",
 ]
 
 
@@ -240,18 +260,6 @@ class ConditionalStore(MemoryStore, Protocol):
         """Async :meth:`delete_many`."""
 
 
-SEARCH_TEXT = "search_text"
-"""The metadata field a :class:`SearchableStore` indexes: an entry is searchable when
-``entry.metadata["search_text"]`` is a ``str``, and only by that text."""
-
-
-class SearchHit(NamedTuple):
-    """One result of :meth:`SearchableStore.search`: the entry and its relevance (> 0)."""
-
-    entry: MemoryEntry
-    score: float
-
-
 @runtime_checkable
 class SearchableStore(MemoryStore, Protocol):
     """A :class:`MemoryStore` that ranks entries by the words of a query, from an index.
@@ -296,83 +304,6 @@ class SearchableStore(MemoryStore, Protocol):
         min_importance: float = 0.0,
     ) -> list[SearchHit]:
         """Async :meth:`search`."""
-
-
-# Letters and digits of any script; everything else (underscore, hyphen, punctuation, quotes,
-# operators, whitespace) only separates terms.
-_TERM = re.compile(r"[^\W_]+")
-
-
-def search_terms(text: str) -> list[str]:
-    """The terms ``text`` is indexed and searched by: casefolded runs of letters and digits.
-
-    ``"user_timezone: Australia/Adelaide"`` gives ``user, timezone, australia, adelaide``;
-    ``'"a" OR b*'`` gives ``a, or, b`` (operators are words or separators, never syntax).
-    """
-    return _TERM.findall(text.casefold())
-
-
-def search_text(entry: MemoryEntry) -> str | None:
-    """The text an entry is searched by, or ``None`` when it is not searchable."""
-    text = entry.metadata.get(SEARCH_TEXT)
-    return text if isinstance(text, str) else None
-
-
-BM25_K1 = 1.2
-BM25_B = 0.75
-
-
-def bm25(tf: int, df: int, docs: int, length: int, avg_length: float) -> float:
-    """One term's BM25 weight in one document (Robertson–Spärck Jones idf, always > 0).
-
-    Args:
-        tf: The term's occurrences in the document.
-        df: How many documents of the corpus hold the term.
-        docs: How many documents the corpus has.
-        length: The document's length in terms.
-        avg_length: The corpus's mean document length in terms.
-    """
-    idf = math.log(1.0 + (docs - df + 0.5) / (df + 0.5))
-    norm = BM25_K1 * (1.0 - BM25_B + BM25_B * length / avg_length) if avg_length else BM25_K1
-    return idf * tf * (BM25_K1 + 1.0) / (tf + norm)
-
-
-def rank_entries(
-    entries: Iterable[MemoryEntry], terms: Sequence[str], limit: int, min_importance: float
-) -> list[SearchHit]:
-    """:meth:`SearchableStore.search` by reading every entry: the fallback of stores without
-    an index (a file store, a MongoDB server without text indexes), and the reference the
-    indexed ones are tested against.
-
-    The corpus is the searchable entries given (already limited to the searched namespaces
-    and unexpired); ``terms`` are the query's distinct terms (:func:`check_search`).
-    """
-    docs: list[tuple[MemoryEntry, dict[str, int], int]] = []
-    for entry in entries:
-        text = search_text(entry)
-        if text is None:
-            continue
-        counts: dict[str, int] = {}
-        words = search_terms(text)
-        for word in words:
-            counts[word] = counts.get(word, 0) + 1
-        docs.append((entry, counts, len(words)))
-    if not docs or not terms:
-        return []
-    avg = sum(length for _, _, length in docs) / len(docs)
-    df = {t: sum(1 for _, counts, _ in docs if t in counts) for t in terms}
-    hits: list[tuple[float, int, SearchHit]] = []
-    for order, (entry, counts, length) in enumerate(docs):
-        if entry.importance < min_importance:
-            continue
-        score = 0.0
-        for t in terms:
-            if t in counts:
-                score += bm25(counts[t], df[t], len(docs), length, avg)
-        if score > 0.0:
-            hits.append((score, order, SearchHit(entry, score)))
-    hits.sort(key=lambda h: (-h[0], -h[2].entry.importance, h[1]))
-    return [hit for _, _, hit in hits[:limit]]
 
 
 def check_search(
@@ -502,188 +433,3 @@ def check_expected_version(expected_version: object) -> int | None:
 def next_version(expected_version: int | None) -> int:
     """The version a winning ``save_if`` stores."""
     return 1 if expected_version is None else expected_version + 1
-
-
-# ---------------------------------------------------------------------------- the value rule
-
-
-def _is_plain_json(value: Any) -> bool:
-    """Whether ``value`` is plain JSON built from the exact built-in types (the fast check).
-
-    Exact type tests keep every save cheap (a conversation turn is ~60 values); ``False``
-    only sends the value on to :func:`_find_unstorable`, which accepts subclasses too.
-    """
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        kind = type(item)
-        if kind is str or kind is int or item is None or kind is bool:
-            continue
-        if kind is dict:
-            if any(type(k) is not str for k in item):
-                return False
-            stack.extend(item.values())
-        elif kind is list or kind is tuple:
-            stack.extend(item)
-        elif kind is not float or not math.isfinite(item):
-            return False
-    return True
-
-
-def find_in_json(
-    value: Any,
-    path: str,
-    scalar: Callable[[Any, str], T | None],
-    key: Callable[[Any, str], T | None],
-) -> T | None:
-    """The first problem in a JSON-like value, depth first, or ``None``.
-
-    ``key(k, path)`` judges each dict key and ``scalar(item, path)`` each value that is not a
-    dict, list or tuple; ``path`` names where it is, e.g. ``content['a'][2]``.
-    """
-    if isinstance(value, dict):
-        for k, item in value.items():
-            found = key(k, path)
-            if found is None:
-                found = find_in_json(item, f"{path}[{k!r}]", scalar, key)
-            if found is not None:
-                return found
-        return None
-    if isinstance(value, list | tuple):
-        for i, item in enumerate(value):
-            found = find_in_json(item, f"{path}[{i}]", scalar, key)
-            if found is not None:
-                return found
-        return None
-    return scalar(value, path)
-
-
-def _json_scalar(value: Any, path: str) -> str | None:
-    if value is None or isinstance(value, bool | str | int):
-        return None
-    if isinstance(value, float):
-        return None if math.isfinite(value) else f"{path} (non-finite float {value!r})"
-    return f"{path} (type {type_name(value)})"
-
-
-def _json_key(k: Any, path: str) -> str | None:
-    return None if isinstance(k, str) else f"{path} (dict key {k!r} of type {type_name(k)})"
-
-
-def _find_unstorable(value: Any, path: str) -> str | None:
-    """Where ``value`` stops being plain JSON (``None`` if it is), e.g. ``content['a'][2]``."""
-    return find_in_json(value, path, _json_scalar, _json_key)
-
-
-def find_unstorable(value: Any, path: str) -> str | None:
-    """Where ``value`` stops being the plain JSON every store holds (``None`` if it is).
-
-    The answer names the place, e.g. ``content['a'][2] (type set)``; exact built-in types
-    are checked first, so plain values cost one walk.
-    """
-    if type(value) is CheckedJson or _is_plain_json(value):
-        return None
-    return _find_unstorable(value, path)
-
-
-def _unstorable(key: str | None, found: str) -> UnstorableValueError:
-    return UnstorableValueError(
-        f"cannot store entry with key {key!r}: {found} is not JSON-serialisable"
-    )
-
-
-def check_storable(entry: MemoryEntry) -> MemoryEntry:
-    """``entry`` if its content and metadata are plain JSON, which every store can hold.
-
-    Only what JSON holds exactly is accepted (no NaN, no non-``str`` dict keys), so what is
-    read back equals what was saved, whichever store holds it.
-
-    Raises:
-        UnstorableValueError: Content or metadata is not plain JSON (a ``TypeError``); the
-            message names the key and where the offending value is.
-    """
-    for value, field in ((entry.content, "content"), (entry.metadata, "metadata")):
-        found = find_unstorable(value, field)
-        if found is not None:
-            raise _unstorable(entry.key, found)
-    return entry
-
-
-def dumps_json(value: Any, *, key: str | None, field: str) -> str:
-    """JSON text of ``value``, or an error naming the key and the offending type.
-
-    Raises:
-        UnstorableValueError: ``value`` is not plain JSON (see :func:`check_storable`).
-    """
-    if type(value) is CheckedJson:
-        try:
-            return to_json(value).decode()
-        except PydanticSerializationError:  # a lone surrogate: json.dumps says as before
-            pass
-    found = find_unstorable(value, field)
-    if found is not None:
-        raise _unstorable(key, found)
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-
-
-def timestamp(value: datetime | None) -> float | None:
-    """Unix seconds of an expiry, as the tables store it."""
-    return None if value is None else value.timestamp()
-
-
-def now() -> float:
-    """The current time in Unix seconds, for the tables' expiry checks."""
-    return datetime.now(UTC).timestamp()
-
-
-def entry_to_row(entry: MemoryEntry, version: int = 0) -> Row:
-    """The persisted form of an entry (validates that it is storable).
-
-    Args:
-        entry: The entry; its own ``version`` is ignored, as every store ignores it.
-        version: The version to store: 0 for a plain save, the new version for ``save_if``.
-    """
-    return (
-        entry.entry_id,
-        entry.scope.value,
-        entry.key,
-        dumps_json(entry.content, key=entry.key, field="content"),
-        dumps_json(entry.metadata, key=entry.key, field="metadata"),
-        entry.created_at.isoformat(),
-        timestamp(entry.expires_at),
-        entry.importance,
-        version,
-    )
-
-
-def row_to_entry(row: Row | tuple[Any, ...], where: str) -> MemoryEntry:
-    """An entry from its persisted form.
-
-    Accepts the 8-element row of stores written before versions existed, as version 0.
-
-    Raises:
-        CorruptStoreError: The row cannot be decoded; the message names ``where``.
-    """
-    if len(row) == 8:
-        entry_id, scope, key, content, metadata, created_at, expires_at, importance = row
-        version: Any = 0
-    else:
-        entry_id, scope, key, content, metadata, created_at, expires_at, importance, version = row
-    try:
-        if type(version) is not int:
-            version = int(version)
-        if version < 0:
-            raise ValueError(f"negative version {version}")
-        return MemoryEntry.model_construct(
-            entry_id=entry_id,
-            scope=MemoryScope(scope),
-            key=key,
-            content=json.loads(content),
-            metadata=json.loads(metadata),
-            created_at=datetime.fromisoformat(created_at),
-            expires_at=None if expires_at is None else datetime.fromtimestamp(expires_at, UTC),
-            importance=float(importance),
-            version=version,
-        )
-    except (ValueError, TypeError) as exc:
-        raise CorruptStoreError(f"corrupt entry {entry_id!r} in {where}: {exc}") from exc
