@@ -139,3 +139,23 @@ class TestOldPaths:
 
         assert search.RankedSearch is ranked_search.RankedSearch
         assert search.search_call is ranked_search.search_call
+
+    def test_model_forget_extraction_and_binding_modules(self) -> None:
+        from memlane.agents import long_term, long_term_binding
+        from memlane.longterm import (
+            extraction,
+            fact_extraction,
+            fact_model,
+            forget,
+            forget_user,
+            model,
+            namespaces,
+            value_checks,
+        )
+
+        assert model.Fact is fact_model.Fact
+        assert model.namespace is namespaces.namespace
+        assert model.check_json_value is value_checks.check_json_value
+        assert forget.ForgetReport is forget_user.ForgetReport
+        assert extraction.create_fact_extractor is fact_extraction.create_fact_extractor
+        assert long_term.LongTermBinding is long_term_binding.LongTermBinding

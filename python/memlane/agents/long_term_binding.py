@@ -40,8 +40,8 @@ from memlane._validate import check_identifier
 from memlane.agents.tools import memory_tools
 from memlane.errors import UserNotFoundError
 from memlane.longterm.episode_model import Episode, run_actions
+from memlane.longterm.fact_model import Fact
 from memlane.longterm.long_term_memory import LongTermMemory
-from memlane.longterm.model import Fact
 from memlane.longterm.user_model import UserContext
 
 __all__ = ["CONTEXT_FACTS", "LongTermBinding"]

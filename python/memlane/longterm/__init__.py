@@ -2,16 +2,19 @@
 
 * :class:`LongTermMemory` (``long_term_memory.py``) holds one part per kind of record, all
   sharing one store and one embedder slot (``storage.py``).
-* Facts (``facts.py``; models in ``model.py``, namespaces and scope checks in
+* Facts (``facts.py``; models in ``fact_model.py``, their namespaces and scope checks in
   ``fact_scopes.py``): key-value knowledge in the scopes session, user, agent and global,
   confirmed, updated with history, contradicted.
 * Episodes (``episodes.py``, data in ``episode_model.py``), procedures (``procedures.py``),
   users (``users.py``, data in ``user_model.py``).
 * Finding: ``recall.py`` (the fuzzy rule of ``fuzzy.py``, through the scope hierarchy) and
   ``ranked_search.py`` (ranked by the store's index).
-* :meth:`LongTermMemory.forget_user` (``forget.py``): every record of one person, at once.
-* :func:`create_fact_extractor` (``extraction.py``): facts a model finds in conversation
+* :meth:`LongTermMemory.forget_user` (``forget_user.py``): every record of one person, at once.
+* :func:`create_fact_extractor` (``fact_extraction.py``): facts a model finds in conversation
   turns, merged through ``remember``.
+* Shared by all: record namespaces (``namespaces.py``) and argument checks
+  (``value_checks.py``). ``memory.py``, ``model.py``, ``search.py``, ``forget.py`` and
+  ``extraction.py`` are the old module paths, re-exporting from these.
 """
 
 from __future__ import annotations
@@ -20,15 +23,19 @@ from typing import TYPE_CHECKING, Any
 
 from memlane.errors import ProcedureNotFoundError, UserNotFoundError
 from memlane.longterm.episodes import Episode, EpisodeOutcome
-from memlane.longterm.forget import ForgetReport
+from memlane.longterm.fact_model import Fact, FactRevision, FactScope, FactType, RememberResult
+from memlane.longterm.forget_user import ForgetReport
 from memlane.longterm.fuzzy import fuzzy_match, query_words
 from memlane.longterm.long_term_memory import LongTermMemory
-from memlane.longterm.model import Fact, FactRevision, FactScope, FactType, RememberResult
 from memlane.longterm.procedures import Procedure, ProcedureType
 from memlane.longterm.users import MemoryUser, UserContext
 
 if TYPE_CHECKING:
-    from memlane.longterm.extraction import ExtractedFact, FactExtractor, create_fact_extractor
+    from memlane.longterm.fact_extraction import (
+        ExtractedFact,
+        FactExtractor,
+        create_fact_extractor,
+    )
 
 _EXTRACTION = frozenset({"ExtractedFact", "FactExtractor", "create_fact_extractor"})
 
@@ -37,9 +44,9 @@ def __getattr__(name: str) -> Any:
     """Fact extraction is imported when first named (PEP 562), not by every long-term memory."""
     if name not in _EXTRACTION:
         raise AttributeError(f"module 'memlane.longterm' has no attribute {name!r}")
-    from memlane.longterm import extraction
+    from memlane.longterm import fact_extraction
 
-    value = getattr(extraction, name)
+    value = getattr(fact_extraction, name)
     globals()[name] = value
     return value
 

@@ -18,7 +18,9 @@ from pydantic import BaseModel, Field, field_validator
 from pydantic_core import to_jsonable_python
 
 from memlane._validate import check_identifier, check_str, type_name
-from memlane.longterm.model import check_json_value, namespace, render_value
+from memlane.longterm.fact_model import render_value
+from memlane.longterm.namespaces import namespace
+from memlane.longterm.value_checks import check_json_value
 from memlane.stores.protocol import SEARCH_TEXT
 from memlane.types import MemoryEntry, MemoryScope, as_utc, utc_now
 

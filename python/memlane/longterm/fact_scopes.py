@@ -9,7 +9,9 @@ from __future__ import annotations
 import functools
 
 from memlane._validate import check_identifier
-from memlane.longterm.model import FactScope, check_enum, namespace
+from memlane.longterm.fact_model import FactScope
+from memlane.longterm.namespaces import namespace
+from memlane.longterm.value_checks import check_enum
 
 __all__ = [
     "FACTS_PREFIX",

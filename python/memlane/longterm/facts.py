@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import ValidationError
 
@@ -40,6 +40,14 @@ from memlane._runner import (
 )
 from memlane._validate import check_fraction
 from memlane.errors import CorruptStoreError
+from memlane.longterm.fact_model import (
+    Fact,
+    FactRevision,
+    FactScope,
+    FactType,
+    RememberResult,
+    render_value,
+)
 from memlane.longterm.fact_scopes import (
     FACTS_PREFIX,
     MEMORY_TYPES,
@@ -49,18 +57,9 @@ from memlane.longterm.fact_scopes import (
     check_scope,
     fact_namespace,
 )
-from memlane.longterm.model import (
-    Fact,
-    FactRevision,
-    FactScope,
-    FactType,
-    RememberResult,
-    check_enum,
-    check_json_value,
-    parse_namespace,
-    render_value,
-)
+from memlane.longterm.namespaces import parse_namespace
 from memlane.longterm.storage import Storage
+from memlane.longterm.value_checks import check_enum, check_json_value
 from memlane.stores.protocol import SEARCH_TEXT
 from memlane.types import MemoryEntry, MemoryScope, new_entry, utc_now
 
@@ -405,6 +404,7 @@ def remember_plan(
                 return RememberResult(status="created", fact=fact)
             continue
         old = read_fact(held, where)
+        status: Literal["confirmed", "updated"]
         if _same_value(old.value, value):
             status = "confirmed"
             fact = old.model_copy(
@@ -430,7 +430,7 @@ def remember_plan(
             )
         new = _entry(fact, held.entry_id)
         if (yield SaveIf(where, new, held.version)):
-            return RememberResult(status=status, fact=fact)  # type: ignore[arg-type]
+            return RememberResult(status=status, fact=fact)
 
 
 def delete_fact_plan(key: str, scope: FactScope, scope_id: str | None) -> Plan[Fact | None]:

@@ -16,7 +16,7 @@ will use):
 * :class:`~memlane.longterm.recall.Recall` and
   :class:`~memlane.longterm.ranked_search.RankedSearch` — ``recall`` and ``search`` across
   the kinds of record;
-* :class:`~memlane.longterm.forget.UserEraser` — ``forget_user``.
+* :class:`~memlane.longterm.forget_user.UserEraser` — ``forget_user``.
 
 Each public method here forwards to its part's method of the same name (same signature and
 docstring), and every sync method has an ``async_`` twin running the same plan. Several
@@ -25,12 +25,13 @@ docstring), and every sync method has an ``async_`` twin running the same plan. 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, ClassVar, Concatenate, ParamSpec, TypeVar
 
 from memlane.longterm.episodes import Episodes
 from memlane.longterm.facts import Facts
-from memlane.longterm.forget import UserEraser
+from memlane.longterm.forget_user import UserEraser
 from memlane.longterm.procedures import Procedures
 from memlane.longterm.ranked_search import RankedSearch
 from memlane.longterm.recall import Recall
@@ -75,12 +76,10 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _named(forwarded: F, method: Callable[..., Any]) -> F:
-    forwarded.__name__ = method.__name__
+    # The part's name, docstring and signature (``__signature__``, set by the runner's
+    # describe(), is in the method's __dict__): help() and IDEs show the memory's method.
+    functools.update_wrapper(forwarded, method)
     forwarded.__qualname__ = f"LongTermMemory.{method.__name__}"
-    forwarded.__doc__ = method.__doc__
-    # The part's signature (``self`` included) is the memory's: help() and IDEs show it.
-    forwarded.__signature__ = getattr(method, "__signature__", None)  # type: ignore[attr-defined]  # a function's documented override of inspect.signature
-    forwarded.__wrapped__ = method  # type: ignore[attr-defined]  # as functools.wraps sets it
     return forwarded
 
 

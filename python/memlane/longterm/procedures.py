@@ -31,9 +31,11 @@ from pydantic import BaseModel, Field, ValidationError, computed_field, field_va
 from memlane._runner import Load, LoadByKey, Plan, SaveIf, Step, Then, async_method, sync_method
 from memlane._validate import check_identifier, check_str, type_name
 from memlane.errors import CorruptStoreError, ProcedureNotFoundError
+from memlane.longterm.fact_model import render_value
 from memlane.longterm.fuzzy import matches_words
-from memlane.longterm.model import check_enum, check_json_value, namespace, render_value
+from memlane.longterm.namespaces import namespace
 from memlane.longterm.storage import Storage
+from memlane.longterm.value_checks import check_enum, check_json_value
 from memlane.stores import MemoryStore
 from memlane.stores.protocol import SEARCH_TEXT
 from memlane.types import MemoryEntry, MemoryScope, as_utc, utc_now

@@ -31,8 +31,8 @@ from memlane._runner import (
 )
 from memlane._validate import check_fraction, check_positive_int, check_str
 from memlane.longterm.episode_model import EPISODES_NAMESPACE, Episode
+from memlane.longterm.fact_model import Fact, FactScope
 from memlane.longterm.fact_scopes import MEMORY_TYPES, check_ids, fact_namespace
-from memlane.longterm.model import Fact, FactScope
 from memlane.longterm.procedures import PROCEDURES_NAMESPACE, Procedure
 from memlane.longterm.storage import Storage
 from memlane.stores import MemoryStore, SearchableStore, SearchHit

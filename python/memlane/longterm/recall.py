@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from memlane._runner import Load, Plan, async_method, sync_method
 from memlane._validate import check_fraction, check_positive_int, check_str
 from memlane.longterm.episodes import search_episodes_plan
+from memlane.longterm.fact_model import Fact, render_value
 from memlane.longterm.facts import (
     MEMORY_TYPES,
     check_ids,
@@ -23,7 +24,6 @@ from memlane.longterm.facts import (
     read_fact,
 )
 from memlane.longterm.fuzzy import matches_words, query_words
-from memlane.longterm.model import Fact, render_value
 from memlane.longterm.procedures import search_procedures_plan
 from memlane.longterm.storage import Storage
 from memlane.stores.protocol import SEARCH_TEXT

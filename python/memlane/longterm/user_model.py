@@ -18,7 +18,8 @@ from pydantic import BaseModel, Field, ValidationError, computed_field, field_va
 from memlane._validate import check_identifier, type_name
 from memlane.errors import CorruptStoreError
 from memlane.longterm.episode_model import Episode
-from memlane.longterm.model import Fact, namespace, render_value
+from memlane.longterm.fact_model import Fact, render_value
+from memlane.longterm.namespaces import namespace
 from memlane.types import MemoryEntry, MemoryScope, as_utc, utc_now
 
 __all__ = [

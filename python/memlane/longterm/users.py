@@ -33,8 +33,9 @@ from memlane._validate import check_identifier, check_positive_int, type_name
 from memlane.errors import CorruptStoreError, UserNotFoundError
 from memlane.longterm.episode_model import Episode
 from memlane.longterm.episodes import load_episodes_plan
+from memlane.longterm.fact_model import Fact, FactScope, FactType
 from memlane.longterm.facts import delete_fact_plan, remember_plan, scope_facts_plan
-from memlane.longterm.model import Fact, FactScope, FactType, namespace
+from memlane.longterm.namespaces import namespace
 from memlane.longterm.procedures import update_record
 from memlane.longterm.storage import Storage
 from memlane.longterm.user_model import (

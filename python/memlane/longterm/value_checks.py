@@ -1,0 +1,50 @@
+"""Checks of the values long-term memory's callers pass, each naming the argument it checks.
+
+:func:`check_json_value` applies the stores' value rule (plain JSON) to an argument;
+:func:`check_enum` accepts an enum member or its ``str`` value.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any, TypeVar
+
+from memlane._validate import type_name
+from memlane.errors import UnstorableValueError
+from memlane.stores.protocol import find_unstorable
+
+__all__ = ["check_enum", "check_json_value"]
+
+
+def check_json_value(value: Any, name: str) -> Any:
+    """``value`` if it is plain JSON, the rule every store applies (see ``check_storable``).
+
+    Raises:
+        UnstorableValueError: Not plain JSON (a ``TypeError``); the message names the
+            argument and where in it the offending value is, e.g. ``value['a'][2]``.
+    """
+    found = find_unstorable(value, name)
+    if found is None:
+        return value
+    raise UnstorableValueError(f"{name} must be plain JSON: {found} is not JSON-serialisable")
+
+
+E = TypeVar("E", bound=enum.Enum)
+
+
+def check_enum(value: object, kind: type[E], name: str) -> E:
+    """A member of ``kind``, given as the member or its ``str`` value.
+
+    Raises:
+        TypeError: Neither a member nor a ``str``.
+        ValueError: A ``str`` that is no member's value; the message lists the allowed ones.
+    """
+    if isinstance(value, kind):
+        return value
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be str, not {type_name(value)}")
+    try:
+        return kind(value)
+    except ValueError:
+        allowed = ", ".join(repr(member.value) for member in kind)
+        raise ValueError(f"{name} must be one of {allowed}, got {value!r}") from None
