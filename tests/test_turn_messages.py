@@ -41,7 +41,7 @@ from memlane.conversation import conversation_log as log_mod
 from memlane.conversation import conversation_state as state_mod
 from memlane.conversation.state import ConversationState, new_ledger
 from memlane.errors import UnstorableValueError
-from memlane.stores import protocol
+from memlane.stores import protocol, stored_values
 from memlane.types import new_turn, turn_json
 
 pytestmark = pytest.mark.usefixtures("impl")
@@ -388,13 +388,13 @@ class TestCheckedJson:
 
     def test_it_is_not_walked(self, monkeypatch: pytest.MonkeyPatch) -> None:
         walked: list[object] = []
-        real = protocol._is_plain_json
+        real = stored_values._is_plain_json
 
         def counting(value: object) -> bool:
             walked.append(value)
             return real(value)
 
-        monkeypatch.setattr(protocol, "_is_plain_json", counting)
+        monkeypatch.setattr(stored_values, "_is_plain_json", counting)
         checked = turn_json(_turns_to_store()[0])
         protocol.dumps_json(checked, key="k", field="content")
         assert protocol.find_unstorable(checked, "content") is None

@@ -6,14 +6,21 @@ triggers are evaluated with what that run reported (input tokens, tool outcomes)
 interactions it folds go through the memory's conditional summary commit, exactly as the
 memory's own strategy's would: summarised by chain of density (with the agent's model when
 the strategy names none), or erased by a neuralyzer.
+
+The fold is one plan (:func:`_fold_plan`), prepared with its store and summarizer by
+:func:`_fold`; :func:`fold_by_strategy` runs it with the sync runner and
+:func:`async_fold_by_strategy` with the async one, both generated from :func:`_fold`.
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
 import logging
-from typing import Any
+from collections.abc import Callable, Coroutine
+from typing import Any, Generic, NamedTuple, ParamSpec, TypeVar
 
-from memlane._runner import Plan, Summarize, run_async, run_sync
+from memlane._runner import Plan, Summarize, Summarizer, run_async, run_sync
 from memlane.conversation.applied_strategies import DensitySummarizer
 from memlane.conversation.conversation_cache import check_cid
 from memlane.conversation.conversation_memory import ConversationMemory
@@ -31,6 +38,53 @@ __all__ = ["async_fold_by_strategy", "fold_by_strategy"]
 
 logger = logging.getLogger("memlane")
 
+T = TypeVar("T")
+P = ParamSpec("P")
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class _Run(NamedTuple, Generic[T]):
+    """A plan with what a runner needs to run it: the store and the summarizer."""
+
+    plan: Plan[T]
+    store: Any
+    summarizer: Summarizer | None
+
+
+def _describe(run: F, prepare: Callable[..., Any], name: str) -> F:
+    """Gives a generated function its public name and ``prepare``'s signature, returning
+    what the plan returns."""
+    functools.update_wrapper(run, prepare)
+    del run.__wrapped__  # type: ignore[attr-defined]  # set by update_wrapper; its signature would be prepare's
+    signature = inspect.signature(prepare)
+    returns = signature.return_annotation
+    if isinstance(returns, str) and returns.startswith("_Run[") and returns.endswith("]"):
+        returns = returns[len("_Run[") : -1]
+    run.__signature__ = signature.replace(return_annotation=returns)  # type: ignore[attr-defined]  # a function's signature is settable; mypy does not know the attribute
+    run.__name__ = run.__qualname__ = name
+    return run
+
+
+def _blocking(prepare: Callable[P, _Run[T]]) -> Callable[P, T]:
+    """The function that runs what ``prepare`` returns with the sync runner."""
+
+    def run(*args: P.args, **kwargs: P.kwargs) -> T:
+        return run_sync(*prepare(*args, **kwargs))
+
+    return _describe(run, prepare, prepare.__name__.lstrip("_"))
+
+
+def _awaiting(prepare: Callable[P, _Run[T]]) -> Callable[P, Coroutine[Any, Any, T]]:
+    """The coroutine function that runs what ``prepare`` returns with the async runner."""
+    name = prepare.__name__.lstrip("_")
+
+    async def run(*args: P.args, **kwargs: P.kwargs) -> T:
+        return await run_async(*prepare(*args, **kwargs))
+
+    run = _describe(run, prepare, f"async_{name}")
+    run.__doc__ = f"Async :func:`{name}`: the same plan, the model and the store awaited."
+    return run
+
 
 def _fold_plan(
     memory: ConversationMemory,
@@ -39,8 +93,9 @@ def _fold_plan(
     input_tokens: int | None,
     outcomes: ToolOutcomes,
 ) -> Plan[LongTermPlan]:
-    yield from memory._conversations.locked(cid)
-    state = yield from memory._conversations.coherent_plan(cid, create=False)
+    conversations, summaries = memory._conversations, memory._summaries
+    yield from conversations.locked(cid)
+    state = yield from conversations.coherent_plan(cid, create=False)
     if state is None:
         return LongTermPlan(())
     first = state.summarized_turns
@@ -63,18 +118,20 @@ def _fold_plan(
         # The lock is held while the model summarises: another turn of this conversation
         # waits rather than being folded by a summary that never saw it.
         try:
-            summary = yield Summarize(memory._summaries.summary_input(state, count))
+            summary = yield Summarize(summaries.summary_input(state, count))
         except Exception:  # noqa: BLE001  # a failing summarizer must never lose a turn
             logger.warning("memlane: summarizer failed; turns kept unsummarised", exc_info=True)
             return LongTermPlan(())
         if not isinstance(summary, str):
             raise TypeError(f"summarizer must return str, not {type(summary).__name__}")
     basis = (state, state.summarized_turns, tuple(state.entry_ids)[:count])
-    committed = yield from memory._summaries.commit_plan(cid, basis, count, summary, strategy)
+    committed = yield from summaries.commit_plan(cid, basis, count, summary, strategy)
     return plan if committed else LongTermPlan(())
 
 
-def _summarizer(memory: ConversationMemory, strategy: LongTermStrategy, model: Any) -> Any:
+def _summarizer(
+    memory: ConversationMemory, strategy: LongTermStrategy, model: Any
+) -> Summarizer | None:
     if not isinstance(strategy, SummarizerStrategy):
         return None
     if strategy.model is None and model is None:
@@ -82,22 +139,7 @@ def _summarizer(memory: ConversationMemory, strategy: LongTermStrategy, model: A
     return DensitySummarizer(strategy, model)
 
 
-def _check(
-    strategy: object, conversation_id: object, input_tokens: object
-) -> tuple[LongTermStrategy, str]:
-    if not isinstance(strategy, SummarizerStrategy | NeuralyzerStrategy):
-        raise TypeError(
-            "strategy must be SummarizerStrategy or NeuralyzerStrategy, "
-            f"not {type(strategy).__name__}"
-        )
-    if input_tokens is not None and (
-        isinstance(input_tokens, bool) or not isinstance(input_tokens, int)
-    ):
-        raise TypeError(f"input_tokens must be int or None, not {type(input_tokens).__name__}")
-    return strategy, check_cid(conversation_id)
-
-
-def fold_by_strategy(
+def _fold_by_strategy(
     memory: ConversationMemory,
     conversation_id: str,
     strategy: LongTermStrategy,
@@ -105,7 +147,7 @@ def fold_by_strategy(
     input_tokens: int | None = None,
     tool_outcomes: ToolOutcomes | None = None,
     model: Any = None,
-) -> LongTermPlan:
+) -> _Run[LongTermPlan]:
     """Runs a long-term strategy on a conversation now, with what the last run reported.
 
     Args:
@@ -126,29 +168,23 @@ def fold_by_strategy(
         TypeError: Not a long-term strategy, or a bad argument.
         ValueError: A summarizer strategy with no model anywhere.
     """
-    strategy, cid = _check(strategy, conversation_id, input_tokens)
+    if not isinstance(strategy, SummarizerStrategy | NeuralyzerStrategy):
+        raise TypeError(
+            "strategy must be SummarizerStrategy or NeuralyzerStrategy, "
+            f"not {type(strategy).__name__}"
+        )
+    if input_tokens is not None and (
+        isinstance(input_tokens, bool) or not isinstance(input_tokens, int)
+    ):
+        raise TypeError(f"input_tokens must be int or None, not {type(input_tokens).__name__}")
+    cid = check_cid(conversation_id)
     summarizer = _summarizer(memory, strategy, model)
     if isinstance(strategy, SummarizerStrategy) and summarizer is None:
         raise ValueError("a SummarizerStrategy needs a model: set its model or the agent's")
     outcomes = tool_outcomes if tool_outcomes is not None else ToolOutcomes()
     plan = _fold_plan(memory, cid, strategy, input_tokens, outcomes)
-    return run_sync(plan, memory.store, summarizer)
+    return _Run(plan, memory.store, summarizer)
 
 
-async def async_fold_by_strategy(
-    memory: ConversationMemory,
-    conversation_id: str,
-    strategy: LongTermStrategy,
-    *,
-    input_tokens: int | None = None,
-    tool_outcomes: ToolOutcomes | None = None,
-    model: Any = None,
-) -> LongTermPlan:
-    """Async :func:`fold_by_strategy`: the model and the store awaited."""
-    strategy, cid = _check(strategy, conversation_id, input_tokens)
-    summarizer = _summarizer(memory, strategy, model)
-    if isinstance(strategy, SummarizerStrategy) and summarizer is None:
-        raise ValueError("a SummarizerStrategy needs a model: set its model or the agent's")
-    outcomes = tool_outcomes if tool_outcomes is not None else ToolOutcomes()
-    plan = _fold_plan(memory, cid, strategy, input_tokens, outcomes)
-    return await run_async(plan, memory.store, summarizer)
+fold_by_strategy = _blocking(_fold_by_strategy)
+async_fold_by_strategy = _awaiting(_fold_by_strategy)

@@ -18,7 +18,8 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from memlane._locks import HybridLock, LockTable
-from memlane._runner import Plan, Release, StoreCall
+from memlane._ops import Clear, Delete, Load, LoadByKey, LoadRange, Namespaces, Save, SaveIf
+from memlane._runner import Plan, Release
 from memlane._validate import check_identifier
 from memlane.conversation.background_jobs import BackgroundJobs
 from memlane.conversation.conversation_budget import BUDGET_KEY, ConversationBudget, entry_budget
@@ -191,7 +192,7 @@ class ConversationCache:
         alive, it is removed from the store.
         """
         if self.persistent:
-            index: MemoryEntry | None = yield StoreCall("load_by_key", (INDEX_NAMESPACE, cid))
+            index: MemoryEntry | None = yield LoadByKey(INDEX_NAMESPACE, cid)
             if index is not None:
                 if _generation(index) != state.generation:
                     self.states.pop(cid, None)
@@ -216,14 +217,14 @@ class ConversationCache:
             # Reads as gone, as on any store; removing it is left to a writable open.
             return False
         if self._retain_transcript or self.persistent:
-            yield StoreCall("clear", (transcript_namespace(cid),))
+            yield Clear(transcript_namespace(cid))
         if not self.persistent:
             return True
-        entries: list[MemoryEntry] = yield StoreCall("load", (namespace(cid),))
+        entries: list[MemoryEntry] = yield Load(namespace(cid))
         if not self._recently_cleared(entries):
-            yield StoreCall("clear", (namespace(cid),))
+            yield Clear(namespace(cid))
         # An expired index entry is not loadable, but deletable by id.
-        yield StoreCall("delete", (INDEX_NAMESPACE, index_entry(cid).entry_id))
+        yield Delete(INDEX_NAMESPACE, index_entry(cid).entry_id)
         return cleared_at(entries) is None
 
     def _recently_cleared(self, entries: list[MemoryEntry]) -> bool:
@@ -245,7 +246,7 @@ class ConversationCache:
             if state.generation is None:
                 state.generation = uuid.uuid4().hex
             entry = index_entry(cid, until, state.generation)
-            yield StoreCall("save", (INDEX_NAMESPACE, entry))
+            yield Save(INDEX_NAMESPACE, entry)
 
     def _load_plan(
         self, cid: str, *, create: bool, budget: ConversationBudget | None = None
@@ -253,12 +254,12 @@ class ConversationCache:
         """Loads a conversation from the store and caches it (created if asked, keeping
         ``budget``, by default this memory's)."""
         ns = namespace(cid)
-        entries: list[MemoryEntry] = yield StoreCall("load", (ns,))
+        entries: list[MemoryEntry] = yield Load(ns)
         # Entries that end in a clear hold no conversation, but keep its log position.
         holds = bool(entries) and cleared_at(entries) is None
         index: MemoryEntry | None = None
         if self._ttl is not None or not holds:
-            index = yield StoreCall("load_by_key", (INDEX_NAMESPACE, cid))
+            index = yield LoadByKey(INDEX_NAMESPACE, cid)
         if self._ttl is not None and holds and index is None:
             # Idle past its ttl (its index entry expired): what is left of it goes.
             yield from self.expire_plan(cid)
@@ -274,7 +275,7 @@ class ConversationCache:
         # What an interrupted clear or summary left; a read-only store keeps it, and the
         # state read is the same either way.
         for entry_id in [] if self.read_only else leftovers:
-            yield StoreCall("delete", (ns, entry_id))
+            yield Delete(ns, entry_id)
         if not known and not create:
             return None
         if index is not None:
@@ -283,7 +284,7 @@ class ConversationCache:
                 state.expires_at = index.expires_at.timestamp()
         if not known:
             yield from self._keep_budget_plan(cid, state, budget or self.own_budget)
-            yield StoreCall("save", (INDEX_NAMESPACE, index_entry(cid)))
+            yield Save(INDEX_NAMESPACE, index_entry(cid))
             yield from self.touch_plan(cid, state)
         self.keep(cid, state)
         return state
@@ -308,8 +309,8 @@ class ConversationCache:
         """Stores the budget of a conversation being created, unless another host creating
         it at the same time stored its own first: the first holds for every host."""
         ns = namespace(cid)
-        if not (yield StoreCall("save_if", (ns, budget_entry(budget, state.head), None))):
-            found: MemoryEntry | None = yield StoreCall("load_by_key", (ns, BUDGET_KEY))
+        if not (yield SaveIf(ns, budget_entry(budget, state.head), None)):
+            found: MemoryEntry | None = yield LoadByKey(ns, BUDGET_KEY)
             if found is not None:
                 budget = entry_budget(found)[0]
         # A conversation being created holds no turn yet: its ledger can start over.
@@ -323,9 +324,7 @@ class ConversationCache:
 
         ``None`` when another host cleared the conversation and ``create`` is false.
         """
-        events: list[MemoryEntry] = yield StoreCall(
-            "load_range", (namespace(cid), log_key(state.head), LOG_STOP)
-        )
+        events: list[MemoryEntry] = yield LoadRange(namespace(cid), log_key(state.head), LOG_STOP)
         for event in events:
             if not apply_event(state, event):
                 # This host missed events that a summary has since compacted away, or the
@@ -366,27 +365,27 @@ class ConversationCache:
         if not self.persistent:
             self.states.pop(cid, None)
             if self._retain_transcript:
-                yield StoreCall("clear", (transcript_namespace(cid),))
+                yield Clear(transcript_namespace(cid))
             return
-        index: MemoryEntry | None = yield StoreCall("load_by_key", (INDEX_NAMESPACE, cid))
+        index: MemoryEntry | None = yield LoadByKey(INDEX_NAMESPACE, cid)
         if index is not None:
-            yield StoreCall("delete", (INDEX_NAMESPACE, index.entry_id))
+            yield Delete(INDEX_NAMESPACE, index.entry_id)
         state = yield from self.coherent_plan(cid, create=False)
         ns = namespace(cid)
         while state is not None:
             clear = clear_entry(state.head)
-            if (yield StoreCall("save_if", (ns, clear, None))):
+            if (yield SaveIf(ns, clear, None)):
                 # Only what precedes the clear: a turn another host appends after it stays.
-                entries: list[MemoryEntry] = yield StoreCall("load", (ns,))
+                entries: list[MemoryEntry] = yield Load(ns)
                 assert clear.key is not None
                 for entry in entries:
                     key = entry.key or ""
                     if not (key.startswith(LOG_PREFIX) and key >= clear.key):
-                        yield StoreCall("delete", (ns, entry.entry_id))
+                        yield Delete(ns, entry.entry_id)
                 break
             state = yield from self.catch_up_plan(cid, state, create=False)
         self.states.pop(cid, None)
-        yield StoreCall("clear", (transcript_namespace(cid),))
+        yield Clear(transcript_namespace(cid))
 
     def cleanup_plan(self) -> Plan[int]:
         """Expires every conversation idle past the ttl, each under its own lock."""
@@ -402,7 +401,7 @@ class ConversationCache:
                 if state.expires_at is not None and state.expires_at <= now
             ]
         else:
-            names: list[str] = yield StoreCall("namespaces", ())
+            names: list[str] = yield Namespaces()
             alive = set((yield from self.ids_plan()))
             candidates = []
             for name in names:
@@ -415,7 +414,7 @@ class ConversationCache:
             lock = yield from self.locked(cid)
             state = self.states.get(cid)
             if self.persistent:
-                index: MemoryEntry | None = yield StoreCall("load_by_key", (INDEX_NAMESPACE, cid))
+                index: MemoryEntry | None = yield LoadByKey(INDEX_NAMESPACE, cid)
                 if index is None:
                     removed += bool((yield from self.expire_plan(cid)))
                 elif state is not None and _generation(index) != state.generation:
@@ -435,7 +434,7 @@ class ConversationCache:
         ]
         if not self.persistent:
             return cached
-        entries: list[MemoryEntry] = yield StoreCall("load", (INDEX_NAMESPACE,))
+        entries: list[MemoryEntry] = yield Load(INDEX_NAMESPACE)
         stored = [e.key for e in entries if e.key is not None]
         if self._ttl is not None:  # the store's index knows every host's activity
             return list(dict.fromkeys(stored))

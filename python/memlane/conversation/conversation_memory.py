@@ -33,22 +33,25 @@ from memlane._runner import (
     sync_method,
 )
 from memlane._validate import check_positive_int, check_str, check_ttl
-from memlane.conversation import history_reads
-from memlane.conversation.background_jobs import BackgroundJobs
+from memlane.conversation import history_reads as reads
 from memlane.conversation.conversation_budget import ConversationBudget
-from memlane.conversation.conversation_cache import ConversationCache, check_cid
+from memlane.conversation.conversation_cache import check_cid
 from memlane.conversation.conversation_log import namespace
-from memlane.conversation.extraction_jobs import FactExtraction, check_extraction
-from memlane.conversation.history_reads import HistoryReads, reader_methods
-from memlane.conversation.rolling_summary import (
-    RollingSummaries,
-    check_summary_room,
-    default_threshold,
+from memlane.conversation.extraction_jobs import check_extraction
+from memlane.conversation.history_reads import reader_methods
+from memlane.conversation.memory_options import (
+    build_parts,
+    check_fact_scope,
+    check_flag,
+    check_short_term_option,
+    resolve_summarizer,
+    split_long_term,
+    summarizer_strategy,
 )
+from memlane.conversation.rolling_summary import default_threshold
 from memlane.conversation.snapshot import export_snapshot, parse_snapshot
 from memlane.conversation.turn_plans import (
     NewTurn,
-    TurnCounter,
     add_turn_now,
     add_turn_plan,
     check_messages,
@@ -65,35 +68,10 @@ from memlane.types import ConversationTurn
 if TYPE_CHECKING:
     from pydantic_ai.messages import ModelMessage
 
-    from memlane.strategies import LongTermStrategy, ShortTermStrategy
 
-# Strategies (memlane.strategies, pydantic-ai) and the pydantic-ai message classes are
-# imported where a memory is given strategies or messages, not by every memory.
-
-
-def _check_short_term(value: object) -> list[ShortTermStrategy]:
-    if value is None:
-        return []
-    from memlane.conversation.applied_strategies import check_short_term
-
-    return check_short_term(value)
-
-
-def _check_long_term(value: object) -> LongTermStrategy | None:
-    if value is None:
-        return None
-    from memlane.conversation.applied_strategies import check_long_term
-
-    return check_long_term(value)
-
-
-def _summarizer_strategy(strategy: Any) -> Any:
-    """``strategy`` if it is a ``SummarizerStrategy``, else ``None``."""
-    if strategy is None:
-        return None
-    from memlane.strategies import SummarizerStrategy
-
-    return strategy if isinstance(strategy, SummarizerStrategy) else None
+def _summarizer_of(memory: ConversationMemory) -> Summarizer | None:
+    """The summarizer the runner gives the plans of ``memory`` that summarise."""
+    return memory._summaries.summarizer
 
 
 class ConversationMemory:
@@ -188,31 +166,18 @@ class ConversationMemory:
         long_term_strategy: Any = None,
     ) -> None:
         self.max_tokens = check_positive_int(max_tokens, "max_tokens")
-        self.short_term = _check_short_term(short_term)
-        if long_term is not None and not callable(getattr(long_term, "remember", None)):
-            if long_term_strategy is not None:
-                raise TypeError("pass the long-term strategy as long_term or long_term_strategy")
-            long_term_strategy, long_term = long_term, None
-        self.long_term_strategy = _check_long_term(long_term_strategy)
+        self.short_term = check_short_term_option(short_term)
+        self.long_term_strategy, long_term = split_long_term(long_term, long_term_strategy)
         ttl = check_ttl(conversation_ttl, "conversation_ttl")
         self.conversation_ttl = None if ttl is None else ttl.total_seconds()
-        if not isinstance(retain_transcript, bool):
-            raise TypeError(
-                f"retain_transcript must be bool, not {type(retain_transcript).__name__}"
-            )
-        self.retain_transcript = retain_transcript
+        self.retain_transcript = check_flag(retain_transcript, "retain_transcript")
         self.fact_extractor, self.long_term = check_extraction(fact_extractor, long_term)
-        self.fact_scope, self.fact_scope_id = fact_scope, fact_scope_id
-        if fact_extractor is not None:
-            from memlane.longterm.facts import check_scope  # only a host that extracts needs it
-
-            self.fact_scope, self.fact_scope_id = check_scope(fact_scope, fact_scope_id)
-        if not isinstance(summarize_in_background, bool):
-            raise TypeError(
-                "summarize_in_background must be bool, "
-                f"not {type(summarize_in_background).__name__}"
-            )
-        self.summarize_in_background = summarize_in_background
+        self.fact_scope, self.fact_scope_id = check_fact_scope(
+            fact_extractor, fact_scope, fact_scope_id
+        )
+        self.summarize_in_background = check_flag(
+            summarize_in_background, "summarize_in_background"
+        )
         self.max_cached_conversations = check_positive_int(
             max_cached_conversations, "max_cached_conversations"
         )
@@ -221,53 +186,16 @@ class ConversationMemory:
             if summarize_threshold is None
             else check_positive_int(summarize_threshold, "summarize_threshold")
         )
-        if summarizer is not None and not callable(summarizer):
-            raise TypeError(f"summarizer must be callable, not {type(summarizer).__name__}")
-        if summarizer is not None:
-            check_summary_room(self.max_tokens, self.summarize_threshold)
         self.estimator = estimator if estimator is not None else TokenEstimator()
-        if (strategy := _summarizer_strategy(self.long_term_strategy)) is not None:
-            if strategy.model is not None:
-                from memlane.conversation.applied_strategies import DensitySummarizer
-
-                summarizer = DensitySummarizer(strategy, None)
-            elif summarizer is None:
-                raise ValueError(
-                    "a SummarizerStrategy needs a model: set its model, or pass summarizer="
-                )
-        self.summarizer = summarizer
-        bind_estimator = getattr(summarizer, "bind_estimator", None)
-        if callable(bind_estimator):
-            bind_estimator(self.estimator)
+        self.summarizer = resolve_summarizer(
+            summarizer,
+            self.long_term_strategy,
+            self.max_tokens,
+            self.summarize_threshold,
+            self.estimator,
+        )
         self.store: MemoryStore = store if store is not None else InMemoryStore()
-        jobs = BackgroundJobs()
-        self._conversations = ConversationCache(
-            self.store,
-            ConversationBudget(self.max_tokens, self.summarize_threshold),
-            conversation_ttl=self.conversation_ttl,
-            retain_transcript=retain_transcript,
-            max_cached_conversations=self.max_cached_conversations,
-            jobs=jobs,
-        )
-        counter = TurnCounter(self.estimator)
-        self._summaries = RollingSummaries(
-            self._conversations,
-            summarizing=summarizer is not None,
-            strategy=self.long_term_strategy,
-            max_tokens=self.max_tokens,
-            threshold=self.summarize_threshold,
-            estimator=self.estimator,
-            count_messages=counter.count_messages,
-            retain_transcript=retain_transcript,
-            background=summarize_in_background,
-            jobs=jobs,
-            extraction=None
-            if self.fact_extractor is None
-            else FactExtraction(
-                self.fact_extractor, self.long_term, self.fact_scope, self.fact_scope_id, jobs
-            ),
-        )
-        self._reads = HistoryReads(self._conversations, self.short_term, counter)
+        self._conversations, self._summaries, self._reads = build_parts(self)
 
     @staticmethod
     def namespace(conversation_id: str) -> str:
@@ -341,28 +269,19 @@ class ConversationMemory:
                 return Done(turn)
         return add_turn_plan(conversations, self._summaries, new)
 
-    add_turn = sync_method(_add_turn)
-    async_add_turn = async_method(_add_turn)
+    # A turn may be summarised before add_turn returns, or in a job it starts.
+    add_turn = sync_method(_add_turn, summarizer=_summarizer_of)
+    async_add_turn = async_method(_add_turn, summarizer=_summarizer_of)
     del _add_turn
 
     # ------------------------------------------------------------------ reading
 
     # Each reader is read(state) of one conversation under its lock (None: an unknown id).
-    get_message_history, async_get_message_history = reader_methods(
-        "ConversationMemory", "get_message_history", history_reads.history
-    )
-    get_history_tokens, async_get_history_tokens = reader_methods(
-        "ConversationMemory", "get_history_tokens", history_reads.history_tokens
-    )
-    get_turns, async_get_turns = reader_methods(
-        "ConversationMemory", "get_turns", history_reads.turns
-    )
-    get_total_tokens, async_get_total_tokens = reader_methods(
-        "ConversationMemory", "get_total_tokens", history_reads.total_tokens
-    )
-    get_summary, async_get_summary = reader_methods(
-        "ConversationMemory", "get_summary", history_reads.summary
-    )
+    get_message_history, async_get_message_history = reader_methods(reads.get_message_history)
+    get_history_tokens, async_get_history_tokens = reader_methods(reads.get_history_tokens)
+    get_turns, async_get_turns = reader_methods(reads.get_turns)
+    get_total_tokens, async_get_total_tokens = reader_methods(reads.get_total_tokens)
+    get_summary, async_get_summary = reader_methods(reads.get_summary)
 
     def _knowledge_for(self, conversation_id: str, prompt: str) -> Plan[str | None]:
         """What the long-term strategy's knowledge base holds relevant to ``prompt``.
@@ -376,18 +295,11 @@ class ConversationMemory:
         Raises:
             TypeError: ``prompt`` is not a ``str``.
         """
-        from memlane.conversation.knowledge import knowledge_search, knowledge_text
+        from memlane.conversation.knowledge import knowledge_plan
 
         check_cid(conversation_id)
-        check_str(prompt, "prompt")
-        strategy = _summarizer_strategy(self.long_term_strategy)
-        if strategy is None:
-            return None
-        call = knowledge_search(self.store, strategy, prompt)
-        if call is None:
-            return None
-        hits: list[Any] = yield call
-        return knowledge_text(hits)
+        strategy = summarizer_strategy(self.long_term_strategy)
+        return knowledge_plan(self.store, strategy, check_str(prompt, "prompt"))
 
     knowledge_for = sync_method(_knowledge_for)
     async_knowledge_for = async_method(_knowledge_for)

@@ -76,7 +76,7 @@ class HistoryReads:
         return short_term_view(self.short_term, state, self.counter.count_messages)
 
 
-def history(reads: HistoryReads, state: ConversationState | None) -> list[ModelMessage]:
+def get_message_history(reads: HistoryReads, state: ConversationState | None) -> list[ModelMessage]:
     """The messages to send with the next request: summary first, then whole recent turns.
 
     The estimates of what is returned sum to at most ``max_tokens``. With ``short_term``
@@ -90,7 +90,7 @@ def history(reads: HistoryReads, state: ConversationState | None) -> list[ModelM
     return state.history()
 
 
-def history_tokens(reads: HistoryReads, state: ConversationState | None) -> int:
+def get_history_tokens(reads: HistoryReads, state: ConversationState | None) -> int:
     """Estimated tokens of :meth:`get_message_history` (summary included)."""
     if state is None:
         return 0
@@ -99,26 +99,28 @@ def history_tokens(reads: HistoryReads, state: ConversationState | None) -> int:
     return state.history_tokens
 
 
-def turns(reads: HistoryReads, state: ConversationState | None) -> list[ConversationTurn]:
+def get_turns(reads: HistoryReads, state: ConversationState | None) -> list[ConversationTurn]:
     """Retained turns (not yet summarised or erased), oldest first."""
     return [] if state is None else state.turns()
 
 
-def total_tokens(reads: HistoryReads, state: ConversationState | None) -> int:
+def get_total_tokens(reads: HistoryReads, state: ConversationState | None) -> int:
     """Sum of the token estimates of the retained turns (the summary excluded)."""
     return 0 if state is None else int(state.ledger.total)
 
 
-def summary(reads: HistoryReads, state: ConversationState | None) -> str | None:
+def get_summary(reads: HistoryReads, state: ConversationState | None) -> str | None:
     """The rolling summary of evicted turns, or ``None``."""
     return None if state is None else state.summary
 
 
 def reader_methods(
-    owner: str, name: str, read: Read[T]
+    read: Read[T], owner: str = "ConversationMemory"
 ) -> tuple[Callable[[Any, str], T], Callable[[Any, str], Coroutine[Any, Any, T]]]:
-    """The public methods ``name`` and ``async_name`` of class ``owner``: ``read(state)`` of
-    a conversation, documented by ``read``; the owner holds its reads as ``_reads``."""
+    """The public methods ``name`` and ``async_name`` of class ``owner``, named after ``read``:
+    ``read(state)`` of a conversation, documented by ``read``; the owner holds its reads as
+    ``_reads``."""
+    name = read.__name__
 
     def plan(self: Any, conversation_id: str) -> Plan[T]:
         reads: HistoryReads = self._reads

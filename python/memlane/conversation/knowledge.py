@@ -14,14 +14,21 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from memlane._runner import Plan
 from memlane.longterm.model import namespace
-from memlane.longterm.search import _search_call
+from memlane.longterm.ranked_search import search_call
 from memlane.stores import MemoryStore
 from memlane.stores.protocol import SEARCH_TEXT, search_terms
 from memlane.strategies import SummarizerStrategy, split_text
 from memlane.types import MemoryEntry, MemoryScope
 
-__all__ = ["KNOWLEDGE_HEADER", "knowledge_entries", "knowledge_namespace", "knowledge_search"]
+__all__ = [
+    "KNOWLEDGE_HEADER",
+    "knowledge_entries",
+    "knowledge_namespace",
+    "knowledge_plan",
+    "knowledge_search",
+]
 
 KNOWLEDGE_HEADER = "Relevant earlier summaries:"
 """How the text :meth:`~memlane.ConversationMemory.knowledge_for` returns begins."""
@@ -69,7 +76,7 @@ def knowledge_search(store: MemoryStore, strategy: SummarizerStrategy, prompt: s
     base = strategy.knowledge_base
     if base is None or base.search_mode != "always" or not search_terms(prompt):
         return None
-    return _search_call(store, [knowledge_namespace(base.collection_id)], prompt, base.top_k, 0.0)
+    return search_call(store, [knowledge_namespace(base.collection_id)], prompt, base.top_k, 0.0)
 
 
 def knowledge_text(hits: list[Any]) -> str | None:
@@ -78,3 +85,15 @@ def knowledge_text(hits: list[Any]) -> str | None:
     if not texts:
         return None
     return "\n".join([KNOWLEDGE_HEADER, *(f"- {text}" for text in texts)])
+
+
+def knowledge_plan(
+    store: MemoryStore, strategy: SummarizerStrategy | None, prompt: str
+) -> Plan[str | None]:
+    """What ``strategy``'s knowledge base in ``store`` holds relevant to ``prompt``, as one
+    block of text (``None``: no summarizer strategy, nothing to search, or nothing found)."""
+    call = None if strategy is None else knowledge_search(store, strategy, prompt)
+    if call is None:
+        return None
+    hits: list[Any] = yield call
+    return knowledge_text(hits)

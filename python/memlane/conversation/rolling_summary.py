@@ -10,7 +10,8 @@ from collections.abc import Callable
 from typing import Any
 
 from memlane._locks import HybridLock
-from memlane._runner import Plan, Release, Spawn, StoreCall, Summarize
+from memlane._ops import Delete, SaveIf, SaveMany
+from memlane._runner import Plan, Release, Spawn, Summarize, Summarizer
 from memlane.conversation.background_jobs import BackgroundJobs
 from memlane.conversation.conversation_cache import ConversationCache
 from memlane.conversation.conversation_log import (
@@ -73,7 +74,7 @@ class RollingSummaries:
 
     Args:
         conversations: The memory's conversations.
-        summarizing: Whether the memory has a summarizer.
+        summarizer: The memory's summarizer, or ``None``: the runner summarises with it.
         strategy: The memory's long-term strategy, or ``None``.
         max_tokens: The memory's budget.
         threshold: The memory's ``summarize_threshold``.
@@ -93,18 +94,18 @@ class RollingSummaries:
         "_jobs",
         "_max_tokens",
         "_retain_transcript",
-        "_summarizing",
         "_threshold",
         "extraction",
         "follows_turn",
         "strategy",
+        "summarizer",
     )
 
     def __init__(
         self,
         conversations: ConversationCache,
         *,
-        summarizing: bool,
+        summarizer: Summarizer | None,
         strategy: Any,
         max_tokens: int,
         threshold: int,
@@ -116,7 +117,7 @@ class RollingSummaries:
         extraction: FactExtraction | None,
     ) -> None:
         self._conversations = conversations
-        self._summarizing = summarizing
+        self.summarizer = summarizer
         self.strategy = strategy
         self._max_tokens = max_tokens
         self._threshold = threshold
@@ -127,7 +128,7 @@ class RollingSummaries:
         self._jobs = jobs
         self.extraction = extraction
         # Whether anything follows a new turn: without, adding one is pure bookkeeping.
-        self.follows_turn = summarizing or strategy is not None or extraction is not None
+        self.follows_turn = summarizer is not None or strategy is not None or extraction is not None
 
     def after_turn_plan(self, cid: str, state: ConversationState) -> Plan[None]:
         """What follows a new turn: the turns it pushed out of the history go to the fact
@@ -156,7 +157,7 @@ class RollingSummaries:
             from memlane.conversation.applied_strategies import fold_count
 
             return fold_count(self.strategy, state, self._count_messages)
-        if not self._summarizing:
+        if self.summarizer is None:
             return 0
         records = state.records
         count = 0
@@ -277,7 +278,7 @@ class RollingSummaries:
                 # Kept before the summary commits: a crash between leaves transcript turns
                 # that are still retained too, which get_transcript tells apart by id.
                 kept = [transcript_entry(state.turn(i)) for i in range(count)]
-                yield StoreCall("save_many", (transcript_namespace(cid), kept))
+                yield SaveMany(transcript_namespace(cid), kept)
             if not self._conversations.persistent:
                 state.evict(count)
                 state.summarized_turns += count
@@ -286,7 +287,7 @@ class RollingSummaries:
                 return True
             ns = namespace(cid)
             entry = summary_entry(text, tokens, summarized + count, at, state.head)
-            if (yield StoreCall("save_if", (ns, entry, None))):
+            if (yield SaveIf(ns, entry, None)):
                 break
         # The summary (saying how many turns it covers) lands first: a crash before the
         # deletes leaves turns that a restart recognises as summarised, never a gap.
@@ -298,7 +299,7 @@ class RollingSummaries:
         state.set_summary(text, tokens, at)
         state.head += 1
         for entry_id in replaced:
-            yield StoreCall("delete", (ns, entry_id))
+            yield Delete(ns, entry_id)
         yield from self._knowledge_plan(cid, state.summarized_turns, text, at, strategy)
         return True
 
@@ -317,7 +318,7 @@ class RollingSummaries:
             return
         chunks = knowledge_entries(strategy, cid, summarized, text, at, self._estimator.estimate)
         where = knowledge_namespace(strategy.knowledge_base.collection_id)
-        yield StoreCall("save_many", (where, chunks))
+        yield SaveMany(where, chunks)
 
     @property
     def _erases(self) -> bool:
@@ -332,7 +333,7 @@ class RollingSummaries:
         and the summary are sent together), else (an imported summary) half the budget when
         it would not fit at all. A summary left out of the history is a summary lost."""
         tokens = self._estimator.estimate(SUMMARY_PREFIX + summary)
-        if self._summarizing:
+        if self.summarizer is not None:
             room = limit = max(1, self._max_tokens - self._threshold)
         else:
             room, limit = self._max_tokens, self._max_tokens // 2

@@ -20,7 +20,8 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from memlane._runner import Plan, StoreCall
+from memlane._ops import LoadRange, SaveIf, SaveMany
+from memlane._runner import Plan
 from memlane.conversation.conversation_cache import ConversationCache
 from memlane.conversation.conversation_log import (
     TRANSCRIPT_PREFIX,
@@ -134,7 +135,7 @@ def add_turn_plan(
         entry_id = uuid.uuid4().hex
         while True:
             turn = next_turn(state, new)
-            won = yield StoreCall("save_if", (ns, turn_entry(turn, entry_id, state.head), None))
+            won = yield SaveIf(ns, turn_entry(turn, entry_id, state.head), None)
             if won:
                 break
             # Another host took this slot: read what it wrote, then take the next one.
@@ -206,8 +207,8 @@ def transcript_plan(conversations: ConversationCache, cid: str) -> Plan[list[Con
     state = yield from conversations.coherent_plan(cid, create=False)
     if state is None:
         return []
-    entries: list[MemoryEntry] = yield StoreCall(
-        "load_range", (transcript_namespace(cid), TRANSCRIPT_PREFIX, TRANSCRIPT_STOP)
+    entries: list[MemoryEntry] = yield LoadRange(
+        transcript_namespace(cid), TRANSCRIPT_PREFIX, TRANSCRIPT_STOP
     )
     # Only the turns the conversation no longer keeps: the others come from the state.
     gone = [
@@ -250,11 +251,11 @@ def import_plan(
     if conversations.persistent and events:
         # The first event claims the conversation: if another host created it meanwhile,
         # nothing is written. The rest follow in one batch.
-        if not (yield StoreCall("save_if", (namespace(cid), events[0], None))):
+        if not (yield SaveIf(namespace(cid), events[0], None)):
             conversations.states.pop(cid, None)
             raise exists
         if len(events) > 1:
-            yield StoreCall("save_many", (namespace(cid), events[1:]))
+            yield SaveMany(namespace(cid), events[1:])
         state.head = head + len(events)
     for (turn, given), entry_id in zip(snapshot.turns, ids, strict=True):
         state.append(turn, entry_id, default_messages=not given)
