@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 
 from conftest import require_rust_core
 from memlane import _backend
+from memlane._pure import entry_builder
 from memlane._pure import store as pure
 from memlane.errors import CorruptStoreError
 from memlane.store import SQLiteStore
@@ -279,7 +280,7 @@ def test_the_store_names_the_file_for_a_corrupt_row(
 
 def test_both_builders_set_the_fields_memory_entry_declares() -> None:
     core = require_rust_core()
-    assert core.ENTRY_FIELDS == pure._ENTRY_FIELDS == tuple(MemoryEntry.model_fields)
+    assert core.ENTRY_FIELDS == entry_builder._ENTRY_FIELDS == tuple(MemoryEntry.model_fields)
 
 
 def test_a_bulk_load_keeps_frozen_objects_frozen(tables: tuple[Any, Any]) -> None:

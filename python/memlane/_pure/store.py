@@ -28,142 +28,15 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from memlane.types import MemoryEntry, construct_unchecked
+# The in-memory table and the row-to-entry builder have modules of their own; the names are
+# imported here too, where the twins and their tests look them up.
+from memlane._pure.entry_builder import EntryKit, Row, build_entries, build_entry
+from memlane._pure.memory_table import MemoryTable, _live
 
-Row = tuple[str, str, str | None, str, str, str, float | None, float, int]
-"""A persisted entry: entry_id, scope, key, content JSON, metadata JSON, created_at ISO,
-expires_at (Unix seconds or None), importance, version."""
-
-
-def _live(expires_at: float | None, now: float) -> bool:
-    return expires_at is None or expires_at > now
-
-
-@dataclass
-class _Slot:
-    entry_id: str
-    key: str | None
-    expires_at: float | None
-    payload: Any
-
-
-@dataclass
-class _Namespace:
-    slots: dict[str, _Slot] = field(default_factory=dict)  # entry_id -> slot, insertion order
-    keys: dict[str, str] = field(default_factory=dict)  # key -> entry_id
-
-
-class MemoryTable:
-    """Entries per namespace with a key index: ``load_by_key`` is a dict lookup, not a scan."""
-
-    def __init__(self) -> None:
-        self._namespaces: dict[str, _Namespace] = {}
-        self._owner: dict[str, str] = {}  # entry_id -> namespace
-        self._lock = threading.Lock()
-
-    def _drop(self, ns: _Namespace, namespace: str, entry_id: str) -> None:
-        slot = ns.slots.pop(entry_id)
-        if slot.key is not None and ns.keys.get(slot.key) == entry_id:
-            del ns.keys[slot.key]
-        del self._owner[entry_id]
-        if not ns.slots:
-            del self._namespaces[namespace]
-
-    def save(
-        self,
-        namespace: str,
-        entry_id: str,
-        key: str | None,
-        expires_at: float | None,
-        payload: Any,
-    ) -> None:
-        """Inserts or replaces one entry (see the module docstring for the rules)."""
-        with self._lock:
-            owner = self._owner.get(entry_id)
-            if owner is not None and owner != namespace:
-                self._drop(self._namespaces[owner], owner, entry_id)
-            ns = self._namespaces.setdefault(namespace, _Namespace())
-            if key is not None:
-                holder = ns.keys.get(key)
-                if holder is not None and holder != entry_id:
-                    self._drop(ns, namespace, holder)
-                    ns = self._namespaces.setdefault(namespace, _Namespace())
-            slot = ns.slots.get(entry_id)
-            if slot is None:
-                ns.slots[entry_id] = _Slot(entry_id, key, expires_at, payload)
-                self._owner[entry_id] = namespace
-            else:
-                if slot.key is not None and slot.key != key:
-                    del ns.keys[slot.key]
-                slot.key, slot.expires_at, slot.payload = key, expires_at, payload
-            if key is not None:
-                ns.keys[key] = entry_id
-
-    def load(self, namespace: str, now: float) -> list[Any]:
-        """Unexpired payloads of a namespace, in insertion order."""
-        with self._lock:
-            ns = self._namespaces.get(namespace)
-            if ns is None:
-                return []
-            return [s.payload for s in ns.slots.values() if _live(s.expires_at, now)]
-
-    def load_by_key(self, namespace: str, key: str, now: float) -> Any:
-        """The unexpired payload holding ``key``, or ``None``."""
-        with self._lock:
-            ns = self._namespaces.get(namespace)
-            if ns is None:
-                return None
-            entry_id = ns.keys.get(key)
-            if entry_id is None:
-                return None
-            slot = ns.slots[entry_id]
-            return slot.payload if _live(slot.expires_at, now) else None
-
-    def delete(self, namespace: str, entry_id: str) -> bool:
-        """Removes an entry of this namespace; whether there was one."""
-        with self._lock:
-            ns = self._namespaces.get(namespace)
-            if ns is None or entry_id not in ns.slots:
-                return False
-            self._drop(ns, namespace, entry_id)
-            return True
-
-    def clear(self, namespace: str) -> int:
-        """Removes every entry of a namespace (expired ones too); how many there were."""
-        with self._lock:
-            ns = self._namespaces.pop(namespace, None)
-            if ns is None:
-                return 0
-            for entry_id in ns.slots:
-                del self._owner[entry_id]
-            return len(ns.slots)
-
-    def cleanup_expired(self, now: float) -> int:
-        """Removes expired entries everywhere; how many."""
-        with self._lock:
-            doomed = [
-                (name, s.entry_id)
-                for name, ns in self._namespaces.items()
-                for s in ns.slots.values()
-                if not _live(s.expires_at, now)
-            ]
-            for name, entry_id in doomed:
-                self._drop(self._namespaces[name], name, entry_id)
-            return len(doomed)
-
-    def namespaces(self) -> list[str]:
-        """Namespaces that hold at least one entry, in creation order."""
-        with self._lock:
-            return list(self._namespaces)
-
-    def __len__(self) -> int:
-        with self._lock:
-            return len(self._owner)
-
+__all__ = ["EntryKit", "MemoryTable", "Row", "SqliteTable", "_live", "build_entries", "build_entry"]
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS memory_entries (
@@ -363,63 +236,6 @@ def match_query(terms: list[str]) -> str:
     so it becomes a space.
     """
     return " OR ".join('"' + term.replace('"', '""').replace("\0", " ") + '"' for term in terms)
-
-
-EntryKit = tuple[Any, dict[str, Any], Callable[[str], Any], Callable[[float, Any], Any], Any]
-"""What :func:`build_entry` needs: ``(MemoryEntry, {scope value: MemoryScope},
-datetime.fromisoformat, datetime.fromtimestamp, UTC)`` (the SQLite store's ``ENTRY_KIT``)."""
-
-_ENTRY_FIELDS = tuple(MemoryEntry.model_fields)
-"""The fields of an entry, in declaration order: all of them are set by :func:`build_entry`
-(the Rust builder's list, ``memlane._core.ENTRY_FIELDS``, is held equal to it by a test)."""
-
-
-def build_entry(row: Row, kit: EntryKit) -> Any | None:
-    """The entry of a row memlane wrote, built as ``model_construct`` builds it (no
-    validation); ``None`` for a row left to ``row_to_entry`` (JSON ``json.loads`` refuses, an
-    unknown scope, a date ``fromisoformat`` refuses, a version that is not a non-negative
-    int), which raises the precise error.
-
-    Twin of the Rust builder (``rust/src/py/entries.rs``), which leaves more rows to
-    ``row_to_entry`` (``NaN``, integers beyond 64 bits, lone surrogates): either way the entry
-    is the one ``row_to_entry`` makes. ``json.loads`` keeps its shared decoder (a
-    ``parse_constant`` would build a decoder per call).
-    """
-    cls, scopes, from_iso, from_timestamp, utc = kit
-    entry_id, scope, key, content, metadata, created_at, expires_at, importance, version = row
-    member = scopes.get(scope)
-    if member is None or type(version) is not int or version < 0:
-        return None
-    try:
-        values = {
-            "entry_id": entry_id,
-            "scope": member,
-            "key": key,
-            "content": json.loads(content),
-            "metadata": json.loads(metadata),
-            "created_at": from_iso(created_at),
-            "expires_at": None if expires_at is None else from_timestamp(expires_at, utc),
-            "importance": float(importance),
-            "version": version,
-        }
-    except (ValueError, TypeError, OverflowError, RecursionError):
-        return None
-    return construct_unchecked(cls, values, _ENTRY_FIELDS)
-
-
-def build_entries(rows: list[Row], kit: EntryKit) -> tuple[list[Any], list[int]]:
-    """``(items, odd)``: :func:`build_entry` of each row, in order, except at the indices in
-    ``odd``, which hold their rows for ``row_to_entry``."""
-    items: list[Any] = []
-    odd: list[int] = []
-    for i, row in enumerate(rows):
-        entry = build_entry(row, kit)
-        if entry is None:
-            odd.append(i)
-            items.append(row)
-        else:
-            items.append(entry)
-    return items, odd
 
 
 class SqliteTable:
