@@ -78,3 +78,24 @@ class TestSharedOldNames:
         assert isinstance(BaseMemory.from_config({"type": "LocalAgentMemory"}), LocalAgentMemory)
         with pytest.warns(DeprecationWarning, match="BaseMemory.from_config"):
             from memlane.shared import memory_from_config as old  # noqa: F401
+
+
+class TestFactoryConvention:
+    """Factories are X.from_config(...); the README's older spellings keep working, silently."""
+
+    def test_llm_summarizer(self) -> None:
+        from pydantic_ai.models.test import TestModel
+
+        from memlane.summarization import LLMSummarizer, create_llm_summarizer
+
+        model = TestModel()
+        made = LLMSummarizer.from_config(model=model, max_summary_tokens=40)
+        old = create_llm_summarizer(model=model, max_summary_tokens=40)
+        assert type(made) is type(old) is LLMSummarizer
+        assert (made.model, made.max_summary_tokens, made.prompt_template) == (
+            old.model,
+            old.max_summary_tokens,
+            old.prompt_template,
+        )
+        with pytest.raises(ValueError, match="max_summary_tokens must be > 0, got 0"):
+            LLMSummarizer.from_config(model=model, max_summary_tokens=0)

@@ -176,7 +176,7 @@ def format_turns(turns: Sequence[ConversationTurn]) -> str:
 
 
 class LLMSummarizer:
-    """A summarizer that asks a pydantic-ai model; made by :func:`create_llm_summarizer`.
+    """A summarizer that asks a pydantic-ai model; made by :meth:`LLMSummarizer.from_config`.
 
     Called as ``summarizer(turns)`` from sync code and awaited as
     ``await summarizer.async_summarize(turns)`` from async code (which
@@ -204,6 +204,71 @@ class LLMSummarizer:
         self.max_summary_tokens = max_summary_tokens
         self.estimator = estimator
         self._estimator_given = True
+
+    @classmethod
+    def from_config(
+        cls,
+        *,
+        model: Model | str | None = None,
+        prompt_template: str | None = None,
+        max_summary_tokens: int = 500,
+        estimator: TokenEstimator | None = None,
+    ) -> LLMSummarizer:
+        """A summarizer that asks a pydantic-ai model to fold evicted turns into the summary.
+
+        Pass it as ``summarizer=`` to :class:`~memlane.ConversationMemory` or
+        :class:`~memlane.MemoryManager`. Each call sends the previous summary and the evicted
+        turns (tool calls and results included) to a throwaway agent on ``model``; the answer is
+        cut to ``max_summary_tokens``. On any model failure (no key, network, provider error,
+        empty answer) it logs a warning and returns a deterministic extractive summary instead.
+
+        Args:
+            model: A pydantic-ai model string or :class:`~pydantic_ai.models.Model`; defaults to
+                :data:`DEFAULT_SUMMARY_MODEL`.
+            prompt_template: The prompt, with ``{turns_text}`` where the previous summary and the
+                turns go, and optionally ``{max_summary_tokens}``; defaults to
+                :data:`DEFAULT_PROMPT_TEMPLATE`.
+            max_summary_tokens: The most tokens a summary may have (counted by ``estimator``).
+            estimator: Counts summary tokens; by default the estimator of the memory the
+                summarizer is given to.
+
+        Returns:
+            The summarizer.
+
+        Raises:
+            ValueError: ``prompt_template`` lacks ``{turns_text}`` or has other placeholders, or
+                ``max_summary_tokens`` is not positive.
+            TypeError: ``max_summary_tokens`` is not an ``int``.
+        """
+        if isinstance(max_summary_tokens, bool) or not isinstance(max_summary_tokens, int):
+            raise TypeError(
+                f"max_summary_tokens must be int, not {type(max_summary_tokens).__name__}"
+            )
+        if max_summary_tokens <= 0:
+            raise ValueError(f"max_summary_tokens must be > 0, got {max_summary_tokens!r}")
+        template = DEFAULT_PROMPT_TEMPLATE if prompt_template is None else prompt_template
+        if not isinstance(template, str):
+            raise TypeError(f"prompt_template must be str, not {type(template).__name__}")
+        if "{turns_text}" not in template:
+            raise ValueError(
+                "prompt_template must contain {turns_text}, where the turns to summarise go"
+            )
+        try:
+            template.format(turns_text="", max_summary_tokens=max_summary_tokens)
+        except (KeyError, IndexError, ValueError) as exc:
+            raise ValueError(
+                "prompt_template has a placeholder other than {turns_text} and "
+                "{max_summary_tokens} "
+                f"(double literal braces: {{{{ }}}}): {exc!r}"
+            ) from exc
+        summarizer = cls(
+            model=DEFAULT_SUMMARY_MODEL if model is None else model,
+            prompt_template=template,
+            max_summary_tokens=max_summary_tokens,
+            estimator=estimator if estimator is not None else TokenEstimator(),
+        )
+        summarizer._estimator_given = estimator is not None
+        return summarizer
 
     def bind_estimator(self, estimator: TokenEstimator) -> None:
         """Adopts the memory's estimator unless one was passed to :func:`create_llm_summarizer`.
@@ -326,56 +391,14 @@ def create_llm_summarizer(
     max_summary_tokens: int = 500,
     estimator: TokenEstimator | None = None,
 ) -> LLMSummarizer:
-    """A summarizer that asks a pydantic-ai model to fold evicted turns into the summary.
+    """:meth:`LLMSummarizer.from_config`, by the name the README's examples still use.
 
-    Pass it as ``summarizer=`` to :class:`~memlane.ConversationMemory` or
-    :class:`~memlane.MemoryManager`. Each call sends the previous summary and the evicted
-    turns (tool calls and results included) to a throwaway agent on ``model``; the answer is
-    cut to ``max_summary_tokens``. On any model failure (no key, network, provider error,
-    empty answer) it logs a warning and returns a deterministic extractive summary instead.
-
-    Args:
-        model: A pydantic-ai model string or :class:`~pydantic_ai.models.Model`; defaults to
-            :data:`DEFAULT_SUMMARY_MODEL`.
-        prompt_template: The prompt, with ``{turns_text}`` where the previous summary and the
-            turns go, and optionally ``{max_summary_tokens}``; defaults to
-            :data:`DEFAULT_PROMPT_TEMPLATE`.
-        max_summary_tokens: The most tokens a summary may have (counted by ``estimator``).
-        estimator: Counts summary tokens; by default the estimator of the memory the
-            summarizer is given to.
-
-    Returns:
-        The summarizer.
-
-    Raises:
-        ValueError: ``prompt_template`` lacks ``{turns_text}`` or has other placeholders, or
-            ``max_summary_tokens`` is not positive.
-        TypeError: ``max_summary_tokens`` is not an ``int``.
+    The older spelling of the factory convention; it will be deprecated once the examples
+    move to :meth:`LLMSummarizer.from_config`, which takes the same arguments.
     """
-    if isinstance(max_summary_tokens, bool) or not isinstance(max_summary_tokens, int):
-        raise TypeError(f"max_summary_tokens must be int, not {type(max_summary_tokens).__name__}")
-    if max_summary_tokens <= 0:
-        raise ValueError(f"max_summary_tokens must be > 0, got {max_summary_tokens!r}")
-    template = DEFAULT_PROMPT_TEMPLATE if prompt_template is None else prompt_template
-    if not isinstance(template, str):
-        raise TypeError(f"prompt_template must be str, not {type(template).__name__}")
-    if "{turns_text}" not in template:
-        raise ValueError(
-            "prompt_template must contain {turns_text}, where the turns to summarise go"
-        )
-    try:
-        template.format(turns_text="", max_summary_tokens=max_summary_tokens)
-    except (KeyError, IndexError, ValueError) as exc:
-        raise ValueError(
-            "prompt_template has a placeholder other than {turns_text} and "
-            "{max_summary_tokens} "
-            f"(double literal braces: {{{{ }}}}): {exc!r}"
-        ) from exc
-    summarizer = LLMSummarizer(
-        model=DEFAULT_SUMMARY_MODEL if model is None else model,
-        prompt_template=template,
+    return LLMSummarizer.from_config(
+        model=model,
+        prompt_template=prompt_template,
         max_summary_tokens=max_summary_tokens,
-        estimator=estimator if estimator is not None else TokenEstimator(),
+        estimator=estimator,
     )
-    summarizer._estimator_given = estimator is not None
-    return summarizer
