@@ -35,6 +35,7 @@ from memlane._runner import (
     Namespaces,
     Plan,
     SaveIf,
+    Step,
     async_method,
     sync_method,
 )
@@ -304,7 +305,7 @@ class Facts:
         session_id: str | None = None,
         user_id: str | None = None,
         agent_id: str | None = None,
-    ) -> Plan[Fact | None]:
+    ) -> Step[Fact | None]:
         """The fact ``key`` as seen from these ids: session → user → agent → global.
 
         A scope is consulted only when its id is given, ``global`` always; the most specific
@@ -317,7 +318,7 @@ class Facts:
             TypeError, ValueError: A key or id that is not a non-empty ``str``.
         """
         key = check_key(key)
-        return (yield from find_fact_plan(key, check_ids(session_id, user_id, agent_id)))
+        return find_fact_plan(key, check_ids(session_id, user_id, agent_id))
 
     get_fact = sync_method(_get_fact)
     async_get_fact = async_method(_get_fact)
