@@ -47,7 +47,6 @@ from memlane._ops import (
     StoreOp,
     Then,
 )
-from memlane.stores import fallbacks
 from memlane.types import ConversationTurn
 
 T = TypeVar("T")
@@ -73,7 +72,6 @@ __all__ = [
     "Search",
     "Spawn",
     "Step",
-    "StoreCall",
     "StoreOp",
     "Summarize",
     "Summarizer",
@@ -83,24 +81,6 @@ __all__ = [
     "run_sync",
     "sync_method",
 ]
-
-
-class StoreCall(Generic[T]):
-    """Deprecated (internal): call store method ``method`` by name with ``args``.
-
-    Superseded by the typed operations of :mod:`memlane._ops` (``StoreCall("load", (ns,))``
-    is ``Load(ns)``; ``then=fn`` is ``Then(op, fn)``). Still run by both runners until the
-    last plan yielding one is converted, then removed.
-    """
-
-    __slots__ = ("args", "method", "then")
-
-    def __init__(
-        self, method: str, args: tuple[Any, ...], then: Callable[[Any], T] | None = None
-    ) -> None:
-        self.method = method
-        self.args = args
-        self.then = then
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,7 +129,7 @@ class Gather:
     plans: list[Step[Any]]
 
 
-Op = StoreOp[Any] | Summarize | HybridLock | Release | Spawn | Call | Gather | StoreCall[Any]
+Op = StoreOp[Any] | Summarize | HybridLock | Release | Spawn | Call | Gather
 Plan = Generator[Op, Any, T]
 """A plan: yields operations, receives their results, returns its own result."""
 
@@ -163,7 +143,7 @@ class Done(Generic[T]):
         self.value = value
 
 
-Step = Plan[T] | Done[T] | StoreOp[T] | StoreCall[T]
+Step = Plan[T] | Done[T] | StoreOp[T]
 """What a plan method returns: a plan for a runner, one store operation, or its result already."""
 
 Summarizer = Callable[[list[ConversationTurn]], "str | Awaitable[str]"]
@@ -184,9 +164,6 @@ def run_sync(plan: Step[T], store: Any, summarizer: Summarizer | None = None) ->
         return plan.run(store)
     if isinstance(plan, Done):
         return plan.value
-    if isinstance(plan, StoreCall):
-        result = _call_sync(plan, store)
-        return result if plan.then is None else plan.then(result)
     held: list[HybridLock] = []
     try:
         op = plan.send(None)
@@ -234,9 +211,6 @@ async def run_async(plan: Step[T], store: Any, summarizer: Summarizer | None = N
         return await plan.run_async(store)
     if isinstance(plan, Done):
         return plan.value
-    if isinstance(plan, StoreCall):
-        result = await _perform_async(plan, store, summarizer)
-        return result if plan.then is None else plan.then(result)
     held: list[HybridLock] = []
     try:
         op = plan.send(None)
@@ -310,13 +284,6 @@ SummarizerOf = Callable[[S], "Summarizer | None"]
 """How a method pair finds its owner's summarizer, e.g. ``lambda memory: memory.summarizer``."""
 
 
-def _owner_attribute(owner: Any) -> Summarizer | None:
-    # Transitional: the plan owners that yield Summarize and have not yet named their
-    # summarizer with ``summarizer=`` keep working; removed with StoreCall.
-    found: Summarizer | None = getattr(owner, "summarizer", None)
-    return found
-
-
 def sync_method(
     plan: Callable[Concatenate[S, P], Step[T]],
     *,
@@ -333,7 +300,7 @@ def sync_method(
     if summarizer is None:
 
         def method(self: S, /, *args: P.args, **kwargs: P.kwargs) -> T:
-            return run_sync(plan(self, *args, **kwargs), self.store, _owner_attribute(self))
+            return run_sync(plan(self, *args, **kwargs), self.store)
 
     else:
         summarizer_of = summarizer
@@ -360,7 +327,7 @@ def async_method(
     if summarizer is None:
 
         async def method(self: S, /, *args: P.args, **kwargs: P.kwargs) -> T:
-            return await run_async(plan(self, *args, **kwargs), self.store, _owner_attribute(self))
+            return await run_async(plan(self, *args, **kwargs), self.store)
 
     else:
         summarizer_of = summarizer
@@ -392,25 +359,11 @@ def describe(method: F, plan: Callable[..., Any], *, sync: bool) -> F:
     return method
 
 
-def _call_sync(op: StoreCall[Any], store: Any) -> Any:
-    if op.method == "save_many":
-        return fallbacks.save_many(store, *op.args)
-    if op.method == "save_if":
-        return fallbacks.save_if(store, *op.args)
-    if op.method == "load_range":
-        return fallbacks.load_range(store, *op.args)
-    return getattr(store, op.method)(*op.args)
-
-
-def _perform_sync(
-    op: StoreCall[Any] | Summarize | Call | Gather, store: Any, summarizer: Summarizer | None
-) -> Any:
+def _perform_sync(op: Summarize | Call | Gather, store: Any, summarizer: Summarizer | None) -> Any:
     if isinstance(op, Call):
         return op.blocking()
     if isinstance(op, Gather):
         return [run_sync(plan, store, summarizer) for plan in op.plans]
-    if isinstance(op, StoreCall):
-        return _call_sync(op, store)
     if summarizer is None:
         raise RuntimeError("this plan asked to summarize, but its runner has no summarizer")
     summary = summarizer(op.turns)
@@ -420,20 +373,12 @@ def _perform_sync(
 
 
 async def _perform_async(
-    op: StoreCall[Any] | Summarize | Call | Gather, store: Any, summarizer: Summarizer | None
+    op: Summarize | Call | Gather, store: Any, summarizer: Summarizer | None
 ) -> Any:
     if isinstance(op, Call):
         return await op.awaiting()
     if isinstance(op, Gather):
         return list(await asyncio.gather(*(run_async(p, store, summarizer) for p in op.plans)))
-    if isinstance(op, StoreCall):
-        if op.method == "save_many":
-            return await fallbacks.async_save_many(store, *op.args)
-        if op.method == "save_if":
-            return await fallbacks.async_save_if(store, *op.args)
-        if op.method == "load_range":
-            return await fallbacks.async_load_range(store, *op.args)
-        return await getattr(store, "async_" + op.method)(*op.args)
     if summarizer is None:
         raise RuntimeError("this plan asked to summarize, but its runner has no summarizer")
     async_summarize = getattr(summarizer, "async_summarize", None)
