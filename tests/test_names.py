@@ -70,7 +70,7 @@ class TestSharedOldNames:
 
     def test_memory_from_config(self) -> None:
         from memlane.shared import BaseMemory, LocalAgentMemory
-        from memlane.shared.config import memory_from_config
+        from memlane.shared.memory_config import memory_from_config
 
         with pytest.warns(DeprecationWarning, match="BaseMemory.from_config"):
             built = memory_from_config({"type": "InMemoryMemory"})
@@ -99,3 +99,30 @@ class TestFactoryConvention:
         )
         with pytest.raises(ValueError, match="max_summary_tokens must be > 0, got 0"):
             LLMSummarizer.from_config(model=model, max_summary_tokens=0)
+
+
+class TestOldModulePaths:
+    """A module that moved to a self-explaining name is still importable by its old path."""
+
+    @pytest.mark.parametrize(
+        ("old", "new", "name"),
+        [
+            ("memlane.stores.memory", "memlane.stores.in_memory", "InMemoryStore"),
+            ("memlane.shared.window", "memlane.shared.feed_cache", "Windows"),
+            ("memlane.shared.config", "memlane.shared.memory_config", "build_memory"),
+            ("memlane.shared.state", "memlane.shared.state_store", "SharedStateStore"),
+            (
+                "memlane.strategies.window",
+                "memlane.strategies.max_tokens_window",
+                "MaxTokensWindow",
+            ),
+            ("memlane.agents.budget", "memlane.agents.request_budget", "RequestBudget"),
+            ("memlane.shared.memory", "memlane.shared.agent_memories", "SharedMemory"),
+        ],
+    )
+    def test_same_object(self, old: str, new: str, name: str) -> None:
+        import importlib
+
+        assert getattr(importlib.import_module(old), name) is getattr(
+            importlib.import_module(new), name
+        )

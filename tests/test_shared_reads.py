@@ -27,10 +27,10 @@ from memlane.shared import (
     StoreMessageStore,
     WorkerHistoryFilter,
 )
+from memlane.shared.feed_cache import Windows
 from memlane.shared.filters import HistoryFilter, Role
 from memlane.shared.message_builder import create_observation
 from memlane.shared.persistent import BLOCK, _slice, bulk_entries
-from memlane.shared.window import Windows
 from memlane.stores import MemoryStore
 from memlane.types import MemoryEntry
 

@@ -31,7 +31,7 @@ from memlane.strategies import (
     keep_max_tokens,
     message_token_counter,
 )
-from memlane.strategies.window import MaxTokensWindow
+from memlane.strategies.max_tokens_window import MaxTokensWindow
 
 CONDITIONS = ["message.role != 'tool'", "len(message.content) < 200"]
 

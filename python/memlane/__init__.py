@@ -60,7 +60,7 @@ _LAZY: dict[str, str] = {
     "ConversationTurn": "memlane.types",
     "CorruptStoreError": _ERRORS,
     "FileStore": "memlane.stores.file",
-    "InMemoryStore": "memlane.stores.memory",
+    "InMemoryStore": "memlane.stores.in_memory",
     "InvalidValueError": _ERRORS,
     "LongTermMemory": "memlane.longterm.memory",
     "MemlaneError": _ERRORS,

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, cast
 
 from memlane.conversation.memory import ConversationMemory
 from memlane.longterm.memory import LongTermMemory
-from memlane.stores.memory import InMemoryStore
+from memlane.stores.in_memory import InMemoryStore
 from memlane.tokens import TokenEstimator
 from memlane.working import WorkingMemory
 

@@ -6,7 +6,7 @@ Kept so that existing imports keep working.
 from __future__ import annotations
 
 from memlane.stores.file import FileStore, namespace_filename
-from memlane.stores.memory import InMemoryStore
+from memlane.stores.in_memory import InMemoryStore
 from memlane.stores.protocol import (
     MemoryStore,
     check_entry,

@@ -28,11 +28,11 @@ the history by silently dropping the orphans, and providers reject it outright.
 from __future__ import annotations
 
 from memlane.agents.agent import MemoryAgent, MemoryRunResult, MemoryStreamedRun
-from memlane.agents.budget import RequestBudget, RequestCount, count_request
 from memlane.agents.calibration import Calibration
 from memlane.agents.capability import async_store_run, memory_history, store_run
 from memlane.agents.conversation_store import MemlaneConversationStore
 from memlane.agents.delegation import DelegationRouter, DelegationStrategy, RoundRobinStrategy
+from memlane.agents.request_budget import RequestBudget, RequestCount, count_request
 from memlane.agents.tools import memory_tools
 
 __all__ = [

@@ -21,8 +21,8 @@ from pydantic_ai.run import AgentRunResult
 from pydantic_ai.tools import RunContext
 
 from memlane._validate import check_positive_int
-from memlane.agents.budget import RequestBudget
 from memlane.agents.calibration import Calibration
+from memlane.agents.request_budget import RequestBudget
 from memlane.conversation import ConversationMemory
 from memlane.manager import MemoryManager
 from memlane.tokens import TokenEstimator

@@ -16,9 +16,9 @@ from typing import Any
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, UserPromptPart
 from pydantic_ai.run import AgentRunResult
 
-from memlane.agents.budget import RequestBudget
 from memlane.agents.calibration import Calibration
 from memlane.agents.capability import _prompt_text
+from memlane.agents.request_budget import RequestBudget
 from memlane.conversation.agent_hooks import async_fold_by_strategy, fold_by_strategy
 from memlane.conversation.strategies import check_long_term, check_short_term
 from memlane.manager import MemoryManager

@@ -35,7 +35,6 @@ from memlane.shared.agent_memories import (
     ProcessSharedMemory,
     SharedMemory,
 )
-from memlane.shared.config import PRESETS, build_memory
 from memlane.shared.convert import render, to_model_messages
 from memlane.shared.filters import (
     HistoryFilter,
@@ -45,9 +44,10 @@ from memlane.shared.filters import (
     ViewSpec,
     WorkerHistoryFilter,
 )
+from memlane.shared.memory_config import PRESETS, build_memory
 from memlane.shared.message_store import BaseMessageStore, InMemoryMessageStore
 from memlane.shared.persistent import StoreMessageStore
-from memlane.shared.state import SharedStateStore
+from memlane.shared.state_store import SharedStateStore
 
 __all__ = [
     "PRESETS",
@@ -74,7 +74,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:  # the deprecated names, for type checkers; at run time __getattr__ warns
-    from memlane.shared.config import memory_from_config as memory_from_config
+    from memlane.shared.memory_config import memory_from_config as memory_from_config
 
     InMemoryMemory = LocalAgentMemory
     SharedInMemoryMemory = ProcessSharedMemory

@@ -25,7 +25,7 @@ from memlane._validate import check_identifier, type_name
 from memlane.shared.filters import HistoryFilter, OwnTracesFilter, TeamFilter
 from memlane.shared.message_store import BaseMessageStore, InMemoryMessageStore
 from memlane.shared.persistent import StoreMessageStore
-from memlane.shared.state import SharedStateStore
+from memlane.shared.state_store import SharedStateStore
 from memlane.shared.view_memory import BaseMemory, ViewMemory
 from memlane.stores.protocol import MemoryStore
 from memlane.tokens import TokenEstimator

@@ -15,7 +15,7 @@ namespace, an in-memory table) alike. The agents of a location are listed in
 ``shared:<location>:agents``.
 
 Messages never change once written, so what a message store has read of a feed it keeps
-(:mod:`memlane.shared.window`): a later read asks the store only whether the number after
+(:mod:`memlane.shared.feed_cache`): a later read asks the store only whether the number after
 the newest it holds is taken, one keyed read per feed, and reads just the messages it has
 not seen.
 
@@ -34,11 +34,11 @@ from memlane._runner import Load, LoadByKey, LoadRange, Plan, SaveIf, async_meth
 from memlane._validate import check_identifier, type_name
 from memlane.errors import CorruptStoreError
 from memlane.longterm.model import namespace as join_namespace
+from memlane.shared.feed_cache import Windows
 from memlane.shared.message_builder import check_message, feed_of, json_copy
 from memlane.shared.message_store import BaseMessageStore, check_agent_keys, check_limit
 from memlane.shared.order import merge_feeds
-from memlane.shared.window import Windows
-from memlane.stores.memory import InMemoryStore
+from memlane.stores.in_memory import InMemoryStore
 from memlane.stores.protocol import MemoryStore
 from memlane.types import MemoryEntry, MemoryScope, utc_now
 

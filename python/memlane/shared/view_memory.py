@@ -134,7 +134,7 @@ class BaseMemory(ABC):
     ) -> BaseMemory:
         """The memory a configuration describes: a mapping or the path of a YAML file.
 
-        See :mod:`memlane.shared.config` for the format (``type`` names a memory class or a
+        See :mod:`memlane.shared.memory_config` for the format (``type`` names a memory class or a
         preset, ``config`` its arguments, ``${VAR}`` reads the environment).
 
         Args:
@@ -148,7 +148,9 @@ class BaseMemory(ABC):
                 invalid YAML; a bad argument value.
             OSError: The file cannot be read.
         """
-        from memlane.shared.config import build_memory  # the configuration names every memory
+        from memlane.shared.memory_config import (
+            build_memory,
+        )  # the configuration names every memory
 
         return build_memory(config, store=store)
 

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from memlane.stores.file import FileStore
-    from memlane.stores.memory import InMemoryStore
+    from memlane.stores.in_memory import InMemoryStore
     from memlane.stores.mongodb import IndexFallbackWarning, MongoDBStore
     from memlane.stores.postgres import PostgreSQLStore
     from memlane.stores.protocol import (
@@ -48,7 +48,7 @@ _LAZY: dict[str, str] = {
     "AsyncMemoryStore": _PROTOCOL,
     "ConditionalStore": _PROTOCOL,
     "FileStore": "memlane.stores.file",
-    "InMemoryStore": "memlane.stores.memory",
+    "InMemoryStore": "memlane.stores.in_memory",
     "IndexFallbackWarning": "memlane.stores._network",
     "MemoryStore": _PROTOCOL,
     "MongoDBStore": "memlane.stores.mongodb",
