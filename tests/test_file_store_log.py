@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from memlane import CorruptStoreError, FileStore, MemoryEntry
-from memlane.stores import _file_log, file
+from memlane.stores import _file_log
 from memlane.stores.file import namespace_filename
 
 STEP_TIMEOUT = 120.0
@@ -203,7 +203,7 @@ class TestTornTail:
         store = FileStore(tmp_path)
         store.save("ns", entry("a", 1))
         path = tmp_path / namespace_filename("ns")
-        line = _file_log.encode_put([file._doc(entry("b", 2))])
+        line = _file_log.encode_put([_file_log.document(entry("b", 2))])
         with path.open("ab") as fh:  # another process caught mid-append
             fh.write(line[:10])
         reader = FileStore(tmp_path)

@@ -28,11 +28,16 @@ the first write rewrites them as a log.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+from memlane.stores.stored_values import entry_to_row
+from memlane.types import MemoryEntry
 
 __all__ = [
     "COMPACT_MIN_BYTES",
@@ -268,3 +273,49 @@ def namespace_in(first_line: bytes, read_rest: Callable[[], bytes]) -> str:
     if not isinstance(namespace, str):
         raise TypeError("the namespace is not a str")
     return namespace
+
+
+# ---------------------------------------------------------------------------- file names
+
+LOCK_FILENAME = ".memlane.lock"
+"""The lock file in a store's directory; a dotfile, which no namespace file name can be."""
+
+LOCK_TIMEOUT = 30.0
+"""Seconds a write waits for another process's write to finish, as SQLite's busy timeout."""
+
+
+def namespace_filename(namespace: str) -> str:
+    """A file name that is unique per namespace and cannot leave its directory.
+
+    Readable characters are kept for humans; everything else is percent-encoded, and a short
+    hash of the exact namespace is appended so that no two namespaces ever share a file
+    (the design memlane grew out of mapped ``a/b`` and ``a_b`` to one file).
+    """
+    # "." is percent-encoded, so a namespace file never starts with one: dotfiles (the lock
+    # file, temporary files) are never mistaken for namespaces.
+    safe = "".join(
+        c if c.isascii() and (c.isalnum() or c in "-_") else f"%{ord(c):02X}" for c in namespace
+    )
+    digest = hashlib.sha256(namespace.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    return f"{safe[:80]}.{digest}.json"
+
+
+def document(entry: MemoryEntry, version: int = 0) -> dict[str, Any]:
+    """The JSON document of ``entry`` as a namespace's log stores it, at ``version``."""
+    row = entry_to_row(entry)  # the value rule, applied as every store applies it
+    return {
+        "entry_id": entry.entry_id,
+        "scope": entry.scope.value,
+        "key": entry.key,
+        "content": json.loads(row[3]),
+        "metadata": json.loads(row[4]),
+        "created_at": row[5],
+        "expires_at": None if entry.expires_at is None else entry.expires_at.isoformat(),
+        "importance": entry.importance,
+        "version": version,
+    }
+
+
+def stamp(info: os.stat_result) -> tuple[int, int, int]:
+    """What tells a namespace file changed since it was read: inode, mtime, size."""
+    return (info.st_ino, info.st_mtime_ns, info.st_size)

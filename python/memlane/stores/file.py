@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import bisect
-import hashlib
-import json
 import os
 import tempfile
 import threading
@@ -19,12 +17,17 @@ from filelock import FileLock, Timeout
 from memlane.errors import CorruptStoreError, NotAStoreError, StoreError
 from memlane.stores._base import LocalStore, awaitable, ensure_directory, read_only_error
 from memlane.stores._file_log import (
+    LOCK_FILENAME,
+    LOCK_TIMEOUT,
     NamespaceIndex,
+    document,
     encode_delete,
     encode_put,
+    namespace_filename,
     namespace_in,
     new_index,
     parse,
+    stamp,
 )
 from memlane.stores.protocol import (
     SearchHit,
@@ -37,55 +40,12 @@ from memlane.stores.protocol import (
     check_keyed_entry,
     check_namespace,
     check_search,
-    entry_to_row,
     next_version,
     rank_entries,
 )
 from memlane.types import MemoryEntry
 
 __all__ = ["LOCK_FILENAME", "FileStore", "namespace_filename"]
-
-LOCK_FILENAME = ".memlane.lock"
-"""The lock file in a store's directory; a dotfile, which no namespace file name can be."""
-
-LOCK_TIMEOUT = 30.0
-"""Seconds a write waits for another process's write to finish, as SQLite's busy timeout."""
-
-
-def namespace_filename(namespace: str) -> str:
-    """A file name that is unique per namespace and cannot leave its directory.
-
-    Readable characters are kept for humans; everything else is percent-encoded, and a short
-    hash of the exact namespace is appended so that no two namespaces ever share a file
-    (the design memlane grew out of mapped ``a/b`` and ``a_b`` to one file).
-    """
-    # "." is percent-encoded, so a namespace file never starts with one: dotfiles (the lock
-    # file, temporary files) are never mistaken for namespaces.
-    safe = "".join(
-        c if c.isascii() and (c.isalnum() or c in "-_") else f"%{ord(c):02X}" for c in namespace
-    )
-    digest = hashlib.sha256(namespace.encode("utf-8", "surrogatepass")).hexdigest()[:16]
-    return f"{safe[:80]}.{digest}.json"
-
-
-def _doc(entry: MemoryEntry, version: int = 0) -> dict[str, Any]:
-    row = entry_to_row(entry)  # the value rule, applied as every store applies it
-    return {
-        "entry_id": entry.entry_id,
-        "scope": entry.scope.value,
-        "key": entry.key,
-        "content": json.loads(row[3]),
-        "metadata": json.loads(row[4]),
-        "created_at": row[5],
-        "expires_at": None if entry.expires_at is None else entry.expires_at.isoformat(),
-        "importance": entry.importance,
-        "version": version,
-    }
-
-
-def _stamp(info: os.stat_result) -> tuple[int, int, int]:
-    return (info.st_ino, info.st_mtime_ns, info.st_size)
-
 
 _INDEXED_FILES = 1024
 """How many namespaces' indexes a FileStore keeps in memory; the least recently used go."""
@@ -203,7 +163,7 @@ class FileStore(LocalStore):
                 return None
             except OSError as exc:
                 raise StoreError(f"FileStore {path}: {exc.strerror}") from exc
-            if known.stamp == _stamp(info) and known.end == info.st_size:
+            if known.stamp == stamp(info) and known.end == info.st_size:
                 self._indexes.move_to_end(path)
                 return known
         return self._read_stamped(namespace)
@@ -244,7 +204,7 @@ class FileStore(LocalStore):
             raise StoreError(f"FileStore {path}: {exc.strerror}") from exc
         except (ValueError, KeyError, TypeError) as exc:
             raise CorruptStoreError(f"corrupt memlane file {path}: {exc}") from exc
-        index.stamp = _stamp(info)
+        index.stamp = stamp(info)
         self._remember(path, index)
         return index
 
@@ -297,7 +257,7 @@ class FileStore(LocalStore):
         finally:
             os.close(fd)
         index.end += len(line)
-        index.stamp = _stamp(info)
+        index.stamp = stamp(info)
 
     def _rewrite(self, path: Path, index: NamespaceIndex) -> None:
         data = index.rewrite()
@@ -312,7 +272,7 @@ class FileStore(LocalStore):
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
-        index.stamp = _stamp(info)
+        index.stamp = stamp(info)
 
     def _from_doc(self, doc: dict[str, Any], namespace: str) -> MemoryEntry:
         try:
@@ -351,7 +311,7 @@ class FileStore(LocalStore):
     def save_many(self, namespace: str, entries: list[MemoryEntry]) -> None:
         """Saves several entries as one line of the log: all or none."""
         check_namespace(namespace)
-        docs = [_doc(check_entry(e)) for e in entries]
+        docs = [document(check_entry(e)) for e in entries]
         line = encode_put(docs) if docs else b""
         with self._exclusive():
             index = self._index(namespace)
@@ -375,7 +335,7 @@ class FileStore(LocalStore):
         check_namespace(namespace)
         entry = check_keyed_entry(entry)
         expected_version = check_expected_version(expected_version)
-        doc = _doc(entry, next_version(expected_version))
+        doc = document(entry, next_version(expected_version))
         line = encode_put([doc])
         with self._exclusive():
             index = self._index(namespace)
