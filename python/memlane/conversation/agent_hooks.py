@@ -14,7 +14,6 @@ The fold is one plan (:func:`_fold_plan`), prepared with its store and summarize
 
 from __future__ import annotations
 
-import functools
 import inspect
 import logging
 from collections.abc import Callable, Coroutine
@@ -54,8 +53,7 @@ class _Run(NamedTuple, Generic[T]):
 def _describe(run: F, prepare: Callable[..., Any], name: str) -> F:
     """Gives a generated function its public name and ``prepare``'s signature, returning
     what the plan returns."""
-    functools.update_wrapper(run, prepare)
-    del run.__wrapped__  # type: ignore[attr-defined]  # set by update_wrapper; its signature would be prepare's
+    run.__module__, run.__doc__ = prepare.__module__, prepare.__doc__
     signature = inspect.signature(prepare)
     returns = signature.return_annotation
     if isinstance(returns, str) and returns.startswith("_Run[") and returns.endswith("]"):
