@@ -160,10 +160,10 @@ def run_sync(plan: Step[T], store: Any, summarizer: Summarizer | None = None) ->
     """
     # Every conversation call passes through here: the loop is kept to the bare protocol,
     # store operations (the common case) tested first.
+    if isinstance(plan, Done):  # an in-memory fast path's answer: the commonest, tested first
+        return plan.value
     if isinstance(plan, StoreOp):
         return plan.run(store)
-    if isinstance(plan, Done):
-        return plan.value
     held: list[HybridLock] = []
     try:
         op = plan.send(None)
@@ -207,10 +207,10 @@ async def run_async(plan: Step[T], store: Any, summarizer: Summarizer | None = N
         store: The store every operation runs against.
         summarizer: What a yielded :class:`Summarize` calls, or ``None``.
     """
-    if isinstance(plan, StoreOp):
-        return await plan.run_async(store)
     if isinstance(plan, Done):
         return plan.value
+    if isinstance(plan, StoreOp):
+        return await plan.run_async(store)
     held: list[HybridLock] = []
     try:
         op = plan.send(None)
