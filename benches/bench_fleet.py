@@ -151,7 +151,7 @@ class FleetStore:
                 self._conversation(i + conversations, TURNS_CACHED) for i in range(conversations)
             ]
             self.long = self._conversation(-1, TURNS_LONG)
-        got = implementation(self.cm._states[self.reads[0]].ledger)
+        got = implementation(self.cm._conversations.states[self.reads[0]].ledger)
         if got != ("rust" if self.rust else "python"):
             raise RuntimeError(f"{name}: backend switch failed, got a {got} ledger")
         native = getattr(self.store, "load_range", None)
@@ -159,9 +159,9 @@ class FleetStore:
         if native is not None:
             self.load_range = native
         else:  # a store without it: the check the runner falls back to
-            from memlane._runner import StoreCall, run_sync
+            from memlane._runner import LoadRange, run_sync
 
-            self.load_range = lambda *args: run_sync(StoreCall("load_range", args), self.store)
+            self.load_range = lambda *args: run_sync(LoadRange(*args), self.store)
 
     def _conversation(self, seed: int, turns: int) -> str:
         cid = self.cm.new_conversation()
@@ -174,7 +174,7 @@ class FleetStore:
         """What the conversation's coherence check asks the store for."""
         from memlane.conversation.state import LOG_STOP, log_key
 
-        return self.cm.namespace(cid), log_key(self.cm._states[cid].head), LOG_STOP
+        return self.cm.namespace(cid), log_key(self.cm._conversations.states[cid].head), LOG_STOP
 
     def ops(self, op: str, count: int, rng: random.Random) -> Callable[[], int]:
         """A timed callable doing ``count`` operations; returns a total to keep the work live."""
@@ -217,7 +217,7 @@ class FleetStore:
             per_add = dict(counting.calls)
             probe.clear(cid)
         same = "same history as a fresh host"
-        if self.cm._persistent:
+        if self.cm._conversations.persistent:
             fresh = ConversationMemory(
                 max_tokens=BUDGET, estimator=self.cm.estimator, store=self.store
             )
@@ -356,7 +356,11 @@ def _coherence_checks(
             find(result.rows, c, name) for c in (READ, CHECK, ADD, CHECK_LONG)
         )
         per_read, per_add = bench.verify()
-        expected = "store calls: load_range ×1" if bench.cm._persistent else "store calls: none"
+        expected = (
+            "store calls: load_range ×1"
+            if bench.cm._conversations.persistent
+            else "store calls: none"
+        )
         if not per_read.startswith(expected + ";"):
             one_call.append(f"{name}: {per_read}")
             differing.append(read_row)
@@ -365,7 +369,9 @@ def _coherence_checks(
         if check_row and check_row.status == "ok":
             returned = sum(len(bench.load_range(*bench.check_args(c))) for c in bench.reads)
             check_row.check = f"{returned} entries returned" + (
-                "" if bench.cm._persistent else "; ConversationMemory does not call it here"
+                ""
+                if bench.cm._conversations.persistent
+                else "; ConversationMemory does not call it here"
             )
         if long_row and long_row.median_s and check_row and check_row.median_s:
             returned = len(bench.load_range(*bench.check_args(bench.long)))
@@ -378,7 +384,7 @@ def _coherence_checks(
         read_row.check = per_read
         plain = find(result.rows, READ, BOOKKEEPING.get(name, RUST_MEM))
         if (
-            bench.cm._persistent
+            bench.cm._conversations.persistent
             and read_row.median_s
             and check_row
             and check_row.median_s

@@ -143,7 +143,7 @@ class StrategyTurns:
         got = {
             implementation(est),
             implementation(store._table),
-            implementation(self.cm._states[self.cid].ledger),
+            implementation(self.cm._conversations.states[self.cid].ledger),
         }
         if got != {want}:
             raise RuntimeError(f"{self.name}: backend switch failed, got {got}")

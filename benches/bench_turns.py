@@ -104,7 +104,7 @@ class MemlaneTurns:
         got = {
             implementation(est),
             implementation(store._table),
-            implementation(self.cm._states[self.cids[0]].ledger),
+            implementation(self.cm._conversations.states[self.cids[0]].ledger),
         }
         if got != {want}:
             raise RuntimeError(f"{self.name}: backend switch failed, got {got}")

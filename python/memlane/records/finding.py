@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from memlane._runner import Plan, run_sync
+from memlane._runner import run_sync
 from memlane._validate import check_positive_int, check_str
 from memlane.longterm import Episode, Fact, Procedure
 from memlane.longterm.episodes import EPISODES_NAMESPACE
@@ -21,7 +21,7 @@ from memlane.longterm.procedures import PROCEDURES_NAMESPACE
 
 # The one way long-term memory searches a store, with its fallback for stores without an
 # index: shared so both searches rank alike.
-from memlane.longterm.search import _search_call
+from memlane.longterm.ranked_search import search_plan
 from memlane.stores import MemoryStore
 from memlane.stores.protocol import SearchHit, search_terms
 
@@ -72,8 +72,4 @@ def search_everywhere(
 
 
 def _hits(store: MemoryStore, names: list[str], query: str, limit: int) -> list[SearchHit]:
-    def plan() -> Plan[list[SearchHit]]:
-        hits: list[SearchHit] = yield _search_call(store, names, query, limit, 0.0)
-        return hits
-
-    return run_sync(plan(), store)
+    return run_sync(search_plan(store, names, query, limit, 0.0), store)
