@@ -11,11 +11,11 @@ Timed, each on a memory that has read the job before (as an agent's memory has):
 
 * ``add``: a worker's ``SharedMemory.add`` of an observation (the next number of its feed,
   claimed with ``save_if``).
-* the worker view: ``get_history(filter=WorkerHistoryFilter(), max_tokens=150)``.
-* the manager view: ``get_history(filter=ManagerHistoryFilter(), max_tokens=150)`` with both
+* the worker view: ``get_message_history(filter=WorkerHistoryFilter(), max_tokens=150)``.
+* the manager view: ``get_message_history(filter=ManagerHistoryFilter(), max_tokens=150)`` with both
   workers as subordinates.
-* the orchestrator view: ``get_history(filter=OrchestratorHistoryFilter(), max_tokens=150)``.
-* the whole feed: ``get_history(limit=20)`` of the namespace.
+* the orchestrator view: ``get_message_history(filter=OrchestratorHistoryFilter(), max_tokens=150)``.
+* the whole feed: ``get_message_history(limit=20)`` of the namespace.
 
 The budget is one every view fills at both sizes, so both return as many messages and the
 100,000/100 ratio shows what the job's size adds: the issue asks for at most 1.5x (views read
@@ -134,7 +134,7 @@ class Job:
 
             async def add() -> None:
                 self.added += 1
-                await self.worker.add(create_observation(f"extra {self.added}"))
+                await self.worker.async_add_message(create_observation(f"extra {self.added}"))
 
             return add
         memory, kwargs = {
@@ -146,7 +146,7 @@ class Job:
             ),
             "feed": (self.manager, {"limit": LIMIT}),
         }[op]
-        return lambda: memory.get_history(**kwargs)
+        return lambda: memory.async_get_message_history(**kwargs)
 
 
 def _expected(messages: list[dict[str, Any]], op: str) -> list[dict[str, Any]]:
@@ -170,13 +170,19 @@ def _expected(messages: list[dict[str, Any]], op: str) -> list[dict[str, Any]]:
     async def compute() -> list[dict[str, Any]]:
         if op == "worker":
             worker = MessageStoreMemory(store, memory.location, "worker_1")
-            return await worker.get_history(filter=WorkerHistoryFilter(), max_tokens=BUDGET)
+            return await worker.async_get_message_history(
+                filter=WorkerHistoryFilter(), max_tokens=BUDGET
+            )
         boss = HierarchicalMessageStoreMemory(store, memory.location, "manager", list(WORKERS))
         if op == "manager":
-            return await boss.get_history(filter=ManagerHistoryFilter(), max_tokens=BUDGET)
+            return await boss.async_get_message_history(
+                filter=ManagerHistoryFilter(), max_tokens=BUDGET
+            )
         if op == "orchestrator":
-            return await boss.get_history(filter=OrchestratorHistoryFilter(), max_tokens=BUDGET)
-        return (await memory.get_history())[-LIMIT:]
+            return await boss.async_get_message_history(
+                filter=OrchestratorHistoryFilter(), max_tokens=BUDGET
+            )
+        return (await memory.async_get_message_history())[-LIMIT:]
 
     return asyncio.run(compute())
 

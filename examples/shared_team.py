@@ -32,13 +32,15 @@ async def main() -> None:
             StoreMessageStore(store), job, "manager", subordinates=["worker_1", "worker_2"]
         )
         workers = {key: SharedMemory(store, job, key) for key in ("worker_1", "worker_2")}
-        await manager.add(create_user_message("Which of our tables grew this week?"))
+        await manager.async_add_message(create_user_message("Which of our tables grew this week?"))
         for key, table, rows in (("worker_1", "sales", 120), ("worker_2", "users", 7)):
-            await manager.add(create_task_entry(f"Check the {table} table", agent_key=key))
-            await workers[key].add(create_action("count_rows", {"table": table}))
-            await workers[key].add(create_observation(f"{rows} new rows"))
-            await workers[key].add(create_final(f"{table}: +{rows} rows"))
-        results = await manager.get_history(filter=ManagerHistoryFilter())
+            await manager.async_add_message(
+                create_task_entry(f"Check the {table} table", agent_key=key)
+            )
+            await workers[key].async_add_message(create_action("count_rows", {"table": table}))
+            await workers[key].async_add_message(create_observation(f"{rows} new rows"))
+            await workers[key].async_add_message(create_final(f"{table}: +{rows} rows"))
+        results = await manager.async_get_message_history(filter=ManagerHistoryFilter())
         for message in results:
             print(f"{message.get('agent_key', '-')}: {message['content']}")
 
