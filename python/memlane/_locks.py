@@ -174,7 +174,7 @@ class LockTable(dict[str, HybridLock]):
     A ``dict`` subclass, so finding an existing lock is a plain dictionary lookup. A table
     that drops idle locks (a host's bounded cache does) lets a caller holding a dropped lock
     race one holding its replacement: such callers take the lock, then check that the table
-    still holds that very lock (``ConversationLifecycle._locked``).
+    still holds that very lock (``ConversationCache.locked``).
     """
 
     def __missing__(self, key: str) -> HybridLock:
