@@ -24,7 +24,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from memlane import LongTermMemory, MemoryManager, SQLiteStore
 from memlane._backend import Implementation
 from memlane.conversation import ConversationMemory
-from memlane.longterm import create_fact_extractor
+from memlane.longterm import FactExtractor
 from memlane.types import ConversationTurn
 
 STATED = re.compile(r"my (\w+) is (\w+)")
@@ -72,7 +72,7 @@ def reader(impl: Implementation) -> Reader:
 
 def memory_with(reader: Reader, **options: Any) -> ConversationMemory:
     return ConversationMemory(
-        fact_extractor=create_fact_extractor(FunctionModel(reader)),
+        fact_extractor=FactExtractor.from_config(FunctionModel(reader)),
         long_term=options.pop("long_term", None) or LongTermMemory(),
         **{"max_tokens": 60, **options},
     )
@@ -130,7 +130,7 @@ class TestTurnsLeavingTheWindow:
 
         memory = ConversationMemory(
             max_tokens=60,
-            fact_extractor=create_fact_extractor(FunctionModel(broken)),
+            fact_extractor=FactExtractor.from_config(FunctionModel(broken)),
             long_term=LongTermMemory(),
         )
         with caplog.at_level(logging.WARNING, logger="memlane"):
@@ -176,7 +176,7 @@ class TestTheEndOfAnEpisode:
 
         manager = MemoryManager(
             max_conversation_tokens=10_000,
-            fact_extractor=create_fact_extractor(FunctionModel(reader)),
+            fact_extractor=FactExtractor.from_config(FunctionModel(reader)),
             fact_scope="user",
             fact_scope_id="ada",
         )
@@ -208,7 +208,7 @@ class TestManager:
         manager = MemoryManager(
             store=SQLiteStore(tmp_path / "m.db"),
             max_conversation_tokens=60,
-            fact_extractor=create_fact_extractor(FunctionModel(reader)),
+            fact_extractor=FactExtractor.from_config(FunctionModel(reader)),
             fact_scope="user",
             fact_scope_id="ada",
         )
@@ -226,16 +226,16 @@ class TestManager:
 
 class TestArguments:
     def test_an_extractor_needs_long_term_memory(self, impl: Implementation) -> None:
-        extractor = create_fact_extractor(FunctionModel(Reader()))
+        extractor = FactExtractor.from_config(FunctionModel(Reader()))
         with pytest.raises(ValueError, match="long_term"):
             ConversationMemory(fact_extractor=extractor)
 
     def test_something_else_is_refused(self, impl: Implementation) -> None:
-        with pytest.raises(TypeError, match="create_fact_extractor"):
+        with pytest.raises(TypeError, match=r"FactExtractor\.from_config"):
             ConversationMemory(fact_extractor=lambda turns: [], long_term=LongTermMemory())
 
     def test_the_scope_is_checked_up_front(self, impl: Implementation) -> None:
-        extractor = create_fact_extractor(FunctionModel(Reader()))
+        extractor = FactExtractor.from_config(FunctionModel(Reader()))
         with pytest.raises(ValueError, match="scope_id"):
             ConversationMemory(
                 fact_extractor=extractor, long_term=LongTermMemory(), fact_scope="user"
@@ -244,7 +244,7 @@ class TestArguments:
 
 def test_the_turns_given_are_conversation_turns(reader: Reader) -> None:
     given: list[list[ConversationTurn]] = []
-    extractor = create_fact_extractor(FunctionModel(reader))
+    extractor = FactExtractor.from_config(FunctionModel(reader))
     apply = extractor.apply
 
     def spy(long_term: Any, turns: list[ConversationTurn], **kwargs: Any) -> Any:

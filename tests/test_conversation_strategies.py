@@ -28,9 +28,9 @@ from memlane import ConversationMemory, MemoryManager, SQLiteStore, _backend
 from memlane.strategies import (
     MemoryMaxTokensStrategy,
     NeuralyzerStrategy,
+    Strategy,
     SummarizerStrategy,
     ToolResultClearing,
-    load_strategy,
 )
 
 SHORT_JSON = {
@@ -101,7 +101,7 @@ class TestTheIssuesJson:
 
     def test_both_examples(self, store: Any) -> None:
         densifier = Densifier()
-        long_term = load_strategy(LONG_JSON)
+        long_term = Strategy.from_config(LONG_JSON)
         assert isinstance(long_term, SummarizerStrategy)
         long_term = long_term.model_copy(update={"model": FunctionModel(densifier)})
         memory = ConversationMemory(short_term=SHORT_JSON, long_term=long_term, store=store)
@@ -250,7 +250,7 @@ class Topics:
 
 
 def with_knowledge(search_mode: str = "always", top_k: int = 1) -> SummarizerStrategy:
-    strategy = load_strategy(
+    strategy = Strategy.from_config(
         {
             "long_term_memory_id": "summarizer",
             "interaction_threshold_qty": 3,
@@ -321,7 +321,7 @@ class TestManagerAndConfig:
             json.dumps({"long_term_memory_id": "neuralyzer", "interaction_threshold_qty": 3}),
         )
         manager = MemoryManager.from_config()
-        assert manager.conversation.short_term == [load_strategy(SHORT_JSON)]
+        assert manager.conversation.short_term == [Strategy.from_config(SHORT_JSON)]
         for i in range(3):
             manager.add_turn("c", f"q{i}", f"a{i}")
         assert manager.get_turns("c") == []

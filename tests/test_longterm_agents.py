@@ -30,7 +30,6 @@ from memlane.longterm import (
     FactType,
     LongTermMemory,
     RememberResult,
-    create_fact_extractor,
 )
 from memlane.stores import MemoryStore
 from memlane.types import ConversationTurn
@@ -512,7 +511,7 @@ class TestExtractedFactsAreMerged:
     async def test_found_then_confirmed_then_updated(self, store: MemoryStore, mode: str) -> None:
         memory = LongTermMemory(store)
         model = FactModel(FACTS)
-        extractor = create_fact_extractor(model.model)
+        extractor = FactExtractor.from_config(model.model)
         first = await apply(extractor, memory, mode, scope="user", scope_id="u1")
         assert summary(first) == [
             ("city", "Adelaide", "created", 0),
@@ -534,7 +533,7 @@ class TestExtractedFactsAreMerged:
 
     async def test_the_model_reads_the_turns(self, mode: str) -> None:
         model = FactModel([])
-        extractor = create_fact_extractor(model.model, instructions="Find facts.")
+        extractor = FactExtractor.from_config(model.model, instructions="Find facts.")
         assert await apply(extractor, LongTermMemory(), mode) == []
         assert "User: I moved to Adelaide last week." in model.prompts[0]
         assert "Assistant: Noted." in model.prompts[0]
@@ -542,7 +541,7 @@ class TestExtractedFactsAreMerged:
 
     async def test_extract_only_asks(self) -> None:
         model = FactModel(FACTS)
-        extractor = create_fact_extractor(model.model)
+        extractor = FactExtractor.from_config(model.model)
         found = await extractor.async_extract(TURNS)
         assert found == [
             ExtractedFact(
@@ -557,7 +556,7 @@ class TestExtractedFactsAreMerged:
         assert len(model.prompts) == 1  # no turns, no request
 
     def test_extract_sync(self) -> None:
-        extractor = create_fact_extractor(FactModel(FACTS).model)
+        extractor = FactExtractor.from_config(FactModel(FACTS).model)
         assert [fact.key for fact in extractor.extract(TURNS)] == ["city", "units"]
         assert extractor.extract([]) == []
 
@@ -579,7 +578,7 @@ class TestBadModelOutputIsSkipped:
                 {"key": "kept", "value": [1, 2]},
             ]
         )
-        extractor = create_fact_extractor(model.model, fact_type="relationship")
+        extractor = FactExtractor.from_config(model.model, fact_type="relationship")
         with caplog.at_level("WARNING", logger="memlane"):
             results = await apply(extractor, memory, mode)
         assert [(r.key, r.value, r.fact.fact_type.value) for r in results] == [
@@ -594,7 +593,7 @@ class TestBadModelOutputIsSkipped:
 
     async def test_min_confidence(self) -> None:
         model = FactModel(FACTS)
-        extractor = create_fact_extractor(model.model, min_confidence=0.85)
+        extractor = FactExtractor.from_config(model.model, min_confidence=0.85)
         assert [fact.key for fact in await extractor.async_extract(TURNS)] == ["city"]
 
     async def test_a_failing_model_raises_and_remembers_nothing(self) -> None:
@@ -603,7 +602,7 @@ class TestBadModelOutputIsSkipped:
 
         memory = LongTermMemory()
         with pytest.raises(RuntimeError, match="the model is down"):
-            await create_fact_extractor(FunctionModel(fail)).async_apply(memory, TURNS)
+            await FactExtractor.from_config(FunctionModel(fail)).async_apply(memory, TURNS)
         assert await memory.async_recall() == []
 
 
@@ -622,11 +621,11 @@ class TestExtractorSettingsAreChecked:
     )
     def test_settings(self, settings: dict[str, Any], error: type[Exception]) -> None:
         with pytest.raises(error):
-            create_fact_extractor(FactModel([]).model, **settings)
+            FactExtractor.from_config(FactModel([]).model, **settings)
 
     def test_model(self) -> None:
         with pytest.raises(TypeError, match="model"):
-            create_fact_extractor(3)  # type: ignore[arg-type]  # refused on purpose
+            FactExtractor.from_config(3)  # type: ignore[arg-type]  # refused on purpose
 
     @pytest.mark.parametrize(
         ("where", "error"),
@@ -641,11 +640,13 @@ class TestExtractorSettingsAreChecked:
     ) -> None:
         model = FactModel(FACTS)
         with pytest.raises(error):
-            await create_fact_extractor(model.model).async_apply(LongTermMemory(), TURNS, **where)
+            await FactExtractor.from_config(model.model).async_apply(
+                LongTermMemory(), TURNS, **where
+            )
         assert model.prompts == []
 
     async def test_long_term_and_turns_are_checked(self) -> None:
-        extractor = create_fact_extractor(FactModel(FACTS).model)
+        extractor = FactExtractor.from_config(FactModel(FACTS).model)
         with pytest.raises(TypeError, match="long_term"):
             await extractor.async_apply(object(), TURNS)  # type: ignore[arg-type]  # refused
         with pytest.raises(TypeError, match="ConversationTurn"):

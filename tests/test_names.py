@@ -81,7 +81,7 @@ class TestSharedOldNames:
 
 
 class TestFactoryConvention:
-    """Factories are X.from_config(...); the README's older spellings keep working, silently."""
+    """Factories are X.from_config(...); the older spellings still work, and warn."""
 
     def test_llm_summarizer(self) -> None:
         from pydantic_ai.models.test import TestModel
@@ -90,7 +90,8 @@ class TestFactoryConvention:
 
         model = TestModel()
         made = LLMSummarizer.from_config(model=model, max_summary_tokens=40)
-        old = create_llm_summarizer(model=model, max_summary_tokens=40)
+        with pytest.warns(DeprecationWarning, match="LLMSummarizer.from_config"):
+            old = create_llm_summarizer(model=model, max_summary_tokens=40)
         assert type(made) is type(old) is LLMSummarizer
         assert (made.model, made.max_summary_tokens, made.prompt_template) == (
             old.model,
@@ -99,6 +100,46 @@ class TestFactoryConvention:
         )
         with pytest.raises(ValueError, match="max_summary_tokens must be > 0, got 0"):
             LLMSummarizer.from_config(model=model, max_summary_tokens=0)
+
+    def test_fact_extractor(self) -> None:
+        from memlane.longterm import FactExtractor, create_fact_extractor
+
+        made = FactExtractor.from_config("test", min_confidence=0.7, fact_type="relationship")
+        with pytest.warns(DeprecationWarning, match="FactExtractor.from_config"):
+            old = create_fact_extractor("test", min_confidence=0.7, fact_type="relationship")
+        assert type(made) is type(old) is FactExtractor
+        assert vars(made) == vars(old)
+        with pytest.raises(ValueError, match="min_confidence"):
+            FactExtractor.from_config("test", min_confidence=1.5)
+
+    def test_strategy(self) -> None:
+        from memlane.strategies import (
+            MemoryMaxTokensStrategy,
+            NeuralyzerStrategy,
+            Strategy,
+            SummarizerStrategy,
+            load_strategy,
+        )
+
+        data = {"long_term_memory_id": "neuralyzer", "interaction_keep": 2}
+        made = Strategy.from_config(data)
+        with pytest.warns(DeprecationWarning, match="Strategy.from_config"):
+            old = load_strategy(data)
+        assert made == old == NeuralyzerStrategy(interaction_keep=2)
+        assert NeuralyzerStrategy.from_config(data) == made
+        assert isinstance(made, Strategy)
+        with pytest.raises(ValueError, match=r"SummarizerStrategy\.from_config was given a "):
+            SummarizerStrategy.from_config(data)
+        with pytest.raises(ValueError, match="exactly one of"):
+            MemoryMaxTokensStrategy.from_config("{}")
+
+    def test_create_store_stays_a_function(self) -> None:
+        from memlane.config import MemlaneSettings, create_store
+        from memlane.stores import InMemoryStore
+
+        # MemoryStore is a protocol, so there is no class for a from_config to live on; the
+        # function does not warn.
+        assert isinstance(create_store(MemlaneSettings.from_env(backend="in_memory")), InMemoryStore)
 
 
 class TestOldModulePaths:

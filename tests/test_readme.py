@@ -47,7 +47,7 @@ def test_the_agent_examples_are_all_there() -> None:
     for name in (
         "MemoryAgent(",
         "memory_history(",
-        "create_llm_summarizer(",
+        "LLMSummarizer.from_config(",
         "DelegationRouter(",
         "MemlaneConversationStore(",
     ):

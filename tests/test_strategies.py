@@ -30,6 +30,7 @@ from memlane.strategies import (
     KnowledgeBases,
     MemoryMaxTokensStrategy,
     NeuralyzerStrategy,
+    Strategy,
     SummarizerStrategy,
     TextSplitterConfig,
     ToolResultClearing,
@@ -37,7 +38,6 @@ from memlane.strategies import (
     interactions_from_turns,
     load_long_term,
     load_short_term,
-    load_strategy,
     tool_outcomes,
 )
 from memlane.strategies.conditions import interaction_view, message_view
@@ -65,14 +65,14 @@ class TestPlatformJSON:
 
     @pytest.mark.parametrize("as_text", [True, False])
     def test_max_tokens_example(self, as_text: bool) -> None:
-        strategy = load_strategy(json.dumps(MAX_TOKENS_JSON) if as_text else MAX_TOKENS_JSON)
+        strategy = Strategy.from_config(json.dumps(MAX_TOKENS_JSON) if as_text else MAX_TOKENS_JSON)
         assert strategy == MemoryMaxTokensStrategy(
             memory_max_tokens=8000, conditions=["message.role != 'tool'"]
         )
 
     @pytest.mark.parametrize("as_text", [True, False])
     def test_summarizer_example(self, as_text: bool) -> None:
-        strategy = load_strategy(json.dumps(SUMMARIZER_JSON) if as_text else SUMMARIZER_JSON)
+        strategy = Strategy.from_config(json.dumps(SUMMARIZER_JSON) if as_text else SUMMARIZER_JSON)
         assert isinstance(strategy, SummarizerStrategy)
         assert strategy.interaction_threshold_qty == 15
         assert strategy.interaction_threshold_tokens == 15000
@@ -89,7 +89,7 @@ class TestPlatformJSON:
         strategy = SummarizerStrategy(**SUMMARIZER_JSON, model=TestModel())  # type: ignore[arg-type]
         dumped = json.loads(strategy.model_dump_json())
         assert "model" not in dumped
-        assert load_strategy(dumped) == SummarizerStrategy.model_validate(SUMMARIZER_JSON)
+        assert Strategy.from_config(dumped) == SummarizerStrategy.model_validate(SUMMARIZER_JSON)
 
     def test_defaults(self) -> None:
         assert MemoryMaxTokensStrategy() == MemoryMaxTokensStrategy(
@@ -123,7 +123,7 @@ class TestPlatformJSON:
             ToolResultClearing(keep_last=2),
             MemoryMaxTokensStrategy(memory_max_tokens=500),
         ]
-        assert load_short_term(MAX_TOKENS_JSON) == [load_strategy(MAX_TOKENS_JSON)]
+        assert load_short_term(MAX_TOKENS_JSON) == [Strategy.from_config(MAX_TOKENS_JSON)]
 
     def test_load_long_term(self) -> None:
         assert load_long_term('{"long_term_memory_id": "neuralyzer"}') == NeuralyzerStrategy()
@@ -136,7 +136,7 @@ class TestPlatformJSON:
 
 def _error(data: Any) -> str:
     with pytest.raises(ValueError) as info:  # noqa: PT011  # the message is checked by callers
-        load_strategy(data)
+        Strategy.from_config(data)
     return str(info.value)
 
 
@@ -227,7 +227,7 @@ class TestBadJSON:
 
     def test_validation_errors_are_value_errors(self) -> None:
         with pytest.raises(ValidationError):
-            load_strategy({"long_term_memory_id": "summarizer", "cod_max_loops": "3"})
+            Strategy.from_config({"long_term_memory_id": "summarizer", "cod_max_loops": "3"})
         assert issubclass(ValidationError, ValueError)
 
 

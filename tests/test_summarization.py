@@ -28,7 +28,6 @@ from memlane.agents import MemoryAgent
 from memlane.summarization import (
     DEFAULT_SUMMARY_MODEL,
     LLMSummarizer,
-    create_llm_summarizer,
     fit_tokens,
     format_turns,
 )
@@ -61,10 +60,10 @@ def _summary_turn(text: str) -> ConversationTurn:
 
 
 class TestCreateLLMSummarizer:
-    """create_llm_summarizer checks its template and budget."""
+    """LLMSummarizer.from_config checks its template and budget."""
 
     def test_defaults(self) -> None:
-        summarizer = create_llm_summarizer()
+        summarizer = LLMSummarizer.from_config()
         assert isinstance(summarizer, LLMSummarizer)
         assert summarizer.model == DEFAULT_SUMMARY_MODEL
         assert summarizer.max_summary_tokens == 500
@@ -73,14 +72,14 @@ class TestCreateLLMSummarizer:
 
     def test_template_needs_turns_text(self) -> None:
         with pytest.raises(ValueError, match=r"\{turns_text\}"):
-            create_llm_summarizer(prompt_template="Summarise: {turns}")
+            LLMSummarizer.from_config(prompt_template="Summarise: {turns}")
 
     def test_template_with_another_placeholder_is_refused(self) -> None:
         with pytest.raises(ValueError, match="placeholder"):
-            create_llm_summarizer(prompt_template="{turns_text} for {user}")
+            LLMSummarizer.from_config(prompt_template="{turns_text} for {user}")
 
     def test_template_literal_braces_doubled(self) -> None:
-        summarizer = create_llm_summarizer(
+        summarizer = LLMSummarizer.from_config(
             prompt_template='Answer as {{"summary": ...}}. {turns_text}'
         )
         assert summarizer.prompt([_turn(0, "hi", "hello")]).startswith(
@@ -90,11 +89,11 @@ class TestCreateLLMSummarizer:
     @pytest.mark.parametrize("bad", [0, -5])
     def test_budget_must_be_positive(self, bad: int) -> None:
         with pytest.raises(ValueError, match="max_summary_tokens"):
-            create_llm_summarizer(max_summary_tokens=bad)
+            LLMSummarizer.from_config(max_summary_tokens=bad)
 
     def test_budget_must_be_an_int(self) -> None:
         with pytest.raises(TypeError, match="max_summary_tokens"):
-            create_llm_summarizer(max_summary_tokens=1.5)  # type: ignore[arg-type]
+            LLMSummarizer.from_config(max_summary_tokens=1.5)  # type: ignore[arg-type]
 
 
 class TestFoldsThePreviousSummary:
@@ -120,7 +119,7 @@ class TestFoldsThePreviousSummary:
                 ModelResponse(parts=[TextPart("Sunny.")]),
             ],
         )
-        summarizer = create_llm_summarizer(model=FunctionModel(model), max_summary_tokens=120)
+        summarizer = LLMSummarizer.from_config(model=FunctionModel(model), max_summary_tokens=120)
         summary = summarizer([_summary_turn("Ada lives in Lisbon."), tool_turn])
         assert summary == "Ada lives in Lisbon; it is sunny there."
         [prompt] = prompts
@@ -148,7 +147,7 @@ class TestSummaryStaysBounded:
 
     def test_a_long_answer_is_cut(self) -> None:
         long_answer = " ".join(f"fact{i} is important." for i in range(2000))
-        summarizer = create_llm_summarizer(model=_replying(long_answer), max_summary_tokens=50)
+        summarizer = LLMSummarizer.from_config(model=_replying(long_answer), max_summary_tokens=50)
         summary = summarizer([_turn(0, "hi", "hello")])
         assert EXACT.estimate(summary) <= 50
         assert summary.startswith("fact0 is important.")
@@ -157,7 +156,7 @@ class TestSummaryStaysBounded:
     def test_the_memorys_estimator_is_used(self) -> None:
         heuristic = TokenEstimator(mode="heuristic")
         long_answer = "word " * 1000
-        summarizer = create_llm_summarizer(
+        summarizer = LLMSummarizer.from_config(
             model=_replying(long_answer), max_summary_tokens=30, estimator=heuristic
         )
         assert heuristic.estimate(summarizer([_turn(0, "a", "b")])) <= 30
@@ -169,7 +168,9 @@ class TestSummaryStaysBounded:
         memory = ConversationMemory(
             max_tokens=300,
             summarize_threshold=150,
-            summarizer=create_llm_summarizer(model=FunctionModel(verbose), max_summary_tokens=80),
+            summarizer=LLMSummarizer.from_config(
+                model=FunctionModel(verbose), max_summary_tokens=80
+            ),
         )
         sizes = []
         for i in range(30):
@@ -185,7 +186,9 @@ class TestFallsBackToAnExtractiveSummary:
     """On any model failure the summary is extractive and deterministic, and a warning says so."""
 
     def test_model_error(self, caplog: pytest.LogCaptureFixture) -> None:
-        summarizer = create_llm_summarizer(model=FunctionModel(_failing), max_summary_tokens=100)
+        summarizer = LLMSummarizer.from_config(
+            model=FunctionModel(_failing), max_summary_tokens=100
+        )
         turns = [_summary_turn("Ada lives in Lisbon."), _turn(4, "My cat is Miso.", "Nice name!")]
         with caplog.at_level(logging.WARNING, logger="memlane"):
             summary = summarizer(turns)
@@ -194,7 +197,7 @@ class TestFallsBackToAnExtractiveSummary:
         assert any("LLM summary failed (ModelHTTPError" in r.getMessage() for r in caplog.records)
 
     async def test_model_error_async(self, caplog: pytest.LogCaptureFixture) -> None:
-        summarizer = create_llm_summarizer(model=FunctionModel(_failing))
+        summarizer = LLMSummarizer.from_config(model=FunctionModel(_failing))
         with caplog.at_level(logging.WARNING, logger="memlane"):
             summary = await summarizer.async_summarize([_turn(0, "hello", "hi")])
         assert summary == "- User: hello / Assistant: hi"
@@ -205,18 +208,18 @@ class TestFallsBackToAnExtractiveSummary:
     ) -> None:
         monkeypatch.delenv("OPENAI_API_KEY", raising=False)
         with caplog.at_level(logging.WARNING, logger="memlane"):
-            summary = create_llm_summarizer()([_turn(0, "hello", "hi")])
+            summary = LLMSummarizer.from_config()([_turn(0, "hello", "hi")])
         assert summary == "- User: hello / Assistant: hi"
         assert "LLM summary failed" in caplog.text
 
     def test_empty_answer(self, caplog: pytest.LogCaptureFixture) -> None:
         with caplog.at_level(logging.WARNING, logger="memlane"):
-            summary = create_llm_summarizer(model=_replying("   "))([_turn(0, "hello", "hi")])
+            summary = LLMSummarizer.from_config(model=_replying("   "))([_turn(0, "hello", "hi")])
         assert summary == "- User: hello / Assistant: hi"
         assert "no text" in caplog.text
 
     def test_extractive_summary_is_bounded(self) -> None:
-        summarizer = create_llm_summarizer(model=FunctionModel(_failing), max_summary_tokens=60)
+        summarizer = LLMSummarizer.from_config(model=FunctionModel(_failing), max_summary_tokens=60)
         turns = [_turn(i, f"question {i} " * 30, f"answer {i} " * 30) for i in range(20)]
         assert EXACT.estimate(summarizer.extractive_summary(turns)) <= 60
 
@@ -241,7 +244,7 @@ class TestInsideAnEventLoop:
         memory = ConversationMemory(
             max_tokens=100,
             summarize_threshold=40,
-            summarizer=create_llm_summarizer(model=FunctionModel(model)),
+            summarizer=LLMSummarizer.from_config(model=FunctionModel(model)),
         )
         for i in range(4):
             await memory.async_add_turn("c", f"question {i} " * 5, f"answer {i} " * 5)
@@ -253,7 +256,7 @@ class TestInsideAnEventLoop:
         memory = ConversationMemory(
             max_tokens=100,
             summarize_threshold=40,
-            summarizer=create_llm_summarizer(model=_replying("SYNC SUMMARY")),
+            summarizer=LLMSummarizer.from_config(model=_replying("SYNC SUMMARY")),
         )
         for i in range(4):
             memory.add_turn("c", f"question {i} " * 5, f"answer {i} " * 5)
@@ -262,7 +265,7 @@ class TestInsideAnEventLoop:
     async def test_sync_call_inside_a_loop_falls_back(
         self, caplog: pytest.LogCaptureFixture
     ) -> None:
-        summarizer = create_llm_summarizer(model=_replying("never asked"))
+        summarizer = LLMSummarizer.from_config(model=_replying("never asked"))
         with caplog.at_level(logging.WARNING, logger="memlane"):
             assert summarizer([_turn(0, "hello", "hi")]) == "- User: hello / Assistant: hi"
         assert "async_add_turn" in caplog.text
@@ -341,7 +344,7 @@ class TestAFactSurvivesInTheSummary:
         memory = MemoryManager(
             max_conversation_tokens=400,
             summarize_threshold=300,
-            summarizer=create_llm_summarizer(
+            summarizer=LLMSummarizer.from_config(
                 model=_scripted_summarizer(summary_prompts), max_summary_tokens=100
             ),
         )
@@ -392,13 +395,12 @@ class TestEstimatorHandOff:
 
     def test_memory_estimator_is_adopted_unless_one_was_given(self) -> None:
         from memlane import ConversationMemory, TokenEstimator
-        from memlane.summarization import create_llm_summarizer
 
         memory_estimator = TokenEstimator(mode="heuristic")
-        adopted = create_llm_summarizer(model="test")
+        adopted = LLMSummarizer.from_config(model="test")
         ConversationMemory(estimator=memory_estimator, summarizer=adopted)
         assert adopted.estimator is memory_estimator
         own = TokenEstimator(encoding_name="cl100k_base")
-        kept = create_llm_summarizer(model="test", estimator=own)
+        kept = LLMSummarizer.from_config(model="test", estimator=own)
         ConversationMemory(estimator=memory_estimator, summarizer=kept)
         assert kept.estimator is own

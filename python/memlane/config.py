@@ -174,6 +174,11 @@ class MemlaneSettings(BaseSettings):
 def create_store(settings: MemlaneSettings, *, read_only: bool = False) -> MemoryStore:
     """The store ``settings`` describe, not yet connected.
 
+    A function rather than an ``X.from_config``: the class it returns is what the settings
+    choose (``FileStore``, ``SQLiteStore``...), and their common type, :class:`MemoryStore`,
+    is a protocol, where a class method would become a member every store must define.
+    :meth:`MemoryManager.from_config <memlane.MemoryManager.from_config>` builds on it.
+
     Args:
         settings: The configuration.
         read_only: Open an existing store for reading only: nothing is created in it, and

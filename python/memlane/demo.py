@@ -36,7 +36,7 @@ from memlane import BACKEND, MemoryManager, SQLiteStore, TokenEstimator
 from memlane.agents import MemoryAgent
 from memlane.errors import MemlaneError, StoreError
 from memlane.messages import SUMMARY_PREFIX
-from memlane.summarization import create_llm_summarizer
+from memlane.summarization import LLMSummarizer
 from memlane.types import MemoryEntry
 
 __all__ = [
@@ -267,7 +267,7 @@ def _demo_memory(db: str, summary_model: Model) -> tuple[SQLiteStore, MemoryMana
         max_conversation_tokens=DEMO_BUDGET,
         summarize_threshold=DEMO_SUMMARIZE_ABOVE,
         estimator=estimator,
-        summarizer=create_llm_summarizer(
+        summarizer=LLMSummarizer.from_config(
             model=summary_model, max_summary_tokens=DEMO_SUMMARY_TOKENS, estimator=estimator
         ),
     )

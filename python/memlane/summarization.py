@@ -1,6 +1,6 @@
 """LLM summaries of evicted turns: a rolling summary that reaches the model and stays bounded.
 
-:func:`create_llm_summarizer` returns the ``summarizer`` a
+:meth:`LLMSummarizer.from_config` returns the ``summarizer`` a
 :class:`~memlane.ConversationMemory` (or :class:`~memlane.MemoryManager`) calls when turns
 leave the budget. It asks a throwaway pydantic-ai agent to fold the previous summary and the
 evicted turns into a new summary, cuts the answer to ``max_summary_tokens`` (a rolling summary
@@ -16,6 +16,7 @@ import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from memlane._deprecation import deprecated_alias
 from memlane.tokens import TokenEstimator
 from memlane.types import ConversationTurn, strings_only
 
@@ -271,7 +272,7 @@ class LLMSummarizer:
         return summarizer
 
     def bind_estimator(self, estimator: TokenEstimator) -> None:
-        """Adopts the memory's estimator unless one was passed to :func:`create_llm_summarizer`.
+        """Adopts the memory's estimator unless one was passed to :meth:`from_config`.
 
         :class:`~memlane.ConversationMemory` calls this, so the summary is held to
         ``max_summary_tokens`` as the memory counts them.
@@ -384,21 +385,7 @@ class LLMSummarizer:
         return fit_tokens("\n".join(lines), self.max_summary_tokens, self.estimator)
 
 
-def create_llm_summarizer(
-    *,
-    model: Model | str | None = None,
-    prompt_template: str | None = None,
-    max_summary_tokens: int = 500,
-    estimator: TokenEstimator | None = None,
-) -> LLMSummarizer:
-    """:meth:`LLMSummarizer.from_config`, by the name the README's examples still use.
-
-    The older spelling of the factory convention; it will be deprecated once the examples
-    move to :meth:`LLMSummarizer.from_config`, which takes the same arguments.
-    """
-    return LLMSummarizer.from_config(
-        model=model,
-        prompt_template=prompt_template,
-        max_summary_tokens=max_summary_tokens,
-        estimator=estimator,
-    )
+create_llm_summarizer = deprecated_alias(
+    LLMSummarizer.from_config, "create_llm_summarizer", "LLMSummarizer.from_config"
+)
+"""Deprecated alias of :meth:`LLMSummarizer.from_config` (kept for one release)."""

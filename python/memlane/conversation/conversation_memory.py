@@ -112,7 +112,7 @@ class ConversationMemory:
         max_cached_conversations: With a persistent store, how many conversations to keep
             in memory (least recently used evicted; reloading one is correct and reads only
             what is kept). An in-memory store keeps every conversation: it is the store.
-        fact_extractor: A :func:`~memlane.longterm.create_fact_extractor` extractor: turns
+        fact_extractor: A :meth:`~memlane.longterm.FactExtractor.from_config` extractor: turns
             that leave the history (its budget window, or into the summary) are given to it
             in the background, and the facts it finds are merged into ``long_term`` through
             ``remember`` (a fact found again is confirmed, not duplicated). :meth:`flush`
@@ -460,7 +460,7 @@ class ConversationMemory:
         cid = check_cid(conversation_id)
         extraction = self._summaries.extraction
         if extraction is None:
-            raise ValueError("extract_facts needs a fact_extractor (see create_fact_extractor)")
+            raise ValueError("extract_facts needs a fact_extractor (see FactExtractor.from_config)")
         yield from self._conversations.locked(cid)
         state = yield from self._conversations.existing_plan(cid)
         yield from extraction.extract_plan(cid, state, state.next_turn_id)

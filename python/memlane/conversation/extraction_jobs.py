@@ -26,7 +26,7 @@ def check_extraction(fact_extractor: Any, long_term: Any) -> tuple[Any, Any]:
     for name in ("apply", "async_apply"):
         if not callable(getattr(fact_extractor, name, None)):
             raise TypeError(
-                "fact_extractor must be made by create_fact_extractor "
+                "fact_extractor must be made by FactExtractor.from_config "
                 f"(a {type(fact_extractor).__name__} has no {name}())"
             )
     if long_term is None:

@@ -1,6 +1,6 @@
 """Facts extracted from conversation turns by a model, merged into long-term memory.
 
-:func:`create_fact_extractor` makes a :class:`FactExtractor`, which asks a pydantic-ai model
+:meth:`FactExtractor.from_config` makes a :class:`FactExtractor`, which asks a pydantic-ai model
 (structured output: a list of facts, each a key, a value, a fact type and a confidence) for
 the facts stated in some :class:`~memlane.types.ConversationTurn`\\ s, and merges them through
 :meth:`~memlane.longterm.LongTermMemory.remember`: a fact found again is confirmed, a changed
@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field, JsonValue
 
+from memlane._deprecation import deprecated_alias
 from memlane._runner import Call, Plan, run_async, run_sync
 from memlane._validate import check_fraction, check_identifier, type_name
 from memlane.longterm.fact_model import FactScope, FactType, RememberResult, render_value
@@ -57,7 +58,7 @@ DEFAULT_EXTRACTION_INSTRUCTIONS = (
     "true (0.0 to 1.0). Use the same key for the same fact every time. List nothing that is "
     "only small talk, and answer with an empty list when there is nothing to remember."
 )
-"""What the model is told when ``create_fact_extractor`` is given no ``instructions``."""
+"""What the model is told when ``FactExtractor.from_config`` is given no ``instructions``."""
 
 _FACT_TYPES = ", ".join(member.value for member in FactType)
 
@@ -97,7 +98,7 @@ class ExtractedFact(BaseModel):
 class FactExtractor:
     """Asks a model for the facts in conversation turns and merges them into long-term memory.
 
-    Made by :func:`create_fact_extractor`. :meth:`async_extract`/:meth:`extract` only ask;
+    Made by :meth:`from_config`. :meth:`async_extract`/:meth:`extract` only ask;
     :meth:`async_apply`/:meth:`apply` ask and remember. Each pair runs one plan (the model's
     run and each ``remember`` are its operations), on the sync or the async runner. Each call builds its own agent, so no
     state is shared between calls and a provider key set after start-up is picked up. An
@@ -118,6 +119,56 @@ class FactExtractor:
         self.instructions = instructions
         self.min_confidence = min_confidence
         self.fact_type = fact_type
+
+    @classmethod
+    def from_config(
+        cls,
+        model: Model | str,
+        *,
+        instructions: str | None = None,
+        min_confidence: float = 0.5,
+        fact_type: FactType | str = "world_knowledge",
+    ) -> FactExtractor:
+        """A :class:`FactExtractor` asking ``model``.
+
+        Args:
+            model: A pydantic-ai model string (``"openai:gpt-4o-mini"``) or
+                :class:`~pydantic_ai.models.Model`; test offline with
+                :class:`~pydantic_ai.models.function.FunctionModel`.
+            instructions: What the model is told; :data:`DEFAULT_EXTRACTION_INSTRUCTIONS` by
+                default. The expected answer's shape reaches the model as its output schema.
+            min_confidence: Facts rated below this are dropped, 0.0–1.0.
+            fact_type: The type of a fact the model gives none for.
+
+        Returns:
+            The extractor.
+
+        Raises:
+            TypeError: A setting of the wrong type.
+            ValueError: ``min_confidence`` outside 0.0–1.0, an unknown ``fact_type``, or empty
+                ``instructions``.
+
+        Example:
+            >>> extractor = FactExtractor.from_config("test", min_confidence=0.7)
+            >>> extractor.min_confidence
+            0.7
+        """
+        from pydantic_ai.models import Model
+
+        if not isinstance(model, (Model, str)):
+            raise TypeError(f"model must be a pydantic-ai Model or str, not {type_name(model)}")
+        if instructions is None:
+            instructions = DEFAULT_EXTRACTION_INSTRUCTIONS
+        elif not isinstance(instructions, str):
+            raise TypeError(f"instructions must be str, not {type_name(instructions)}")
+        elif not instructions.strip():
+            raise ValueError("instructions must not be empty")
+        return cls(
+            model,
+            instructions,
+            check_fraction(min_confidence, "min_confidence"),
+            check_enum(fact_type, FactType, "fact_type"),
+        )
 
     def _agent(self) -> Agent[None, list[_Candidate]]:
         from pydantic_ai import Agent
@@ -264,53 +315,10 @@ class FactExtractor:
         return run_sync(self._apply_plan(long_term, turns, scope, scope_id), None)
 
 
-def create_fact_extractor(
-    model: Model | str,
-    *,
-    instructions: str | None = None,
-    min_confidence: float = 0.5,
-    fact_type: FactType | str = "world_knowledge",
-) -> FactExtractor:
-    """A :class:`FactExtractor` asking ``model``.
-
-    Args:
-        model: A pydantic-ai model string (``"openai:gpt-4o-mini"``) or
-            :class:`~pydantic_ai.models.Model`; test offline with
-            :class:`~pydantic_ai.models.function.FunctionModel`.
-        instructions: What the model is told; :data:`DEFAULT_EXTRACTION_INSTRUCTIONS` by
-            default. The expected answer's shape reaches the model as its output schema.
-        min_confidence: Facts rated below this are dropped, 0.0–1.0.
-        fact_type: The type of a fact the model gives none for.
-
-    Returns:
-        The extractor.
-
-    Raises:
-        TypeError: A setting of the wrong type.
-        ValueError: ``min_confidence`` outside 0.0–1.0, an unknown ``fact_type``, or empty
-            ``instructions``.
-
-    Example:
-        >>> extractor = create_fact_extractor("test", min_confidence=0.7)
-        >>> extractor.min_confidence
-        0.7
-    """
-    from pydantic_ai.models import Model
-
-    if not isinstance(model, (Model, str)):
-        raise TypeError(f"model must be a pydantic-ai Model or str, not {type_name(model)}")
-    if instructions is None:
-        instructions = DEFAULT_EXTRACTION_INSTRUCTIONS
-    elif not isinstance(instructions, str):
-        raise TypeError(f"instructions must be str, not {type_name(instructions)}")
-    elif not instructions.strip():
-        raise ValueError("instructions must not be empty")
-    return FactExtractor(
-        model,
-        instructions,
-        check_fraction(min_confidence, "min_confidence"),
-        check_enum(fact_type, FactType, "fact_type"),
-    )
+create_fact_extractor = deprecated_alias(
+    FactExtractor.from_config, "create_fact_extractor", "FactExtractor.from_config"
+)
+"""Deprecated alias of :meth:`FactExtractor.from_config` (kept for one release)."""
 
 
 def _check_turns(turns: object) -> list[ConversationTurn]:

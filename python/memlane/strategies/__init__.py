@@ -1,13 +1,13 @@
 """Memory strategies as configuration: what of a conversation enters each prompt
 (short-term) and when old interactions are summarised or erased (long-term).
 
-The models load an agent platform's JSON (:func:`load_strategy`); the functions beside them
+The models load an agent platform's JSON (:meth:`Strategy.from_config`); the functions beside them
 are pure, over pydantic-ai messages grouped into :class:`Interaction` s (a memlane turn is
 one), so a memory, a manager or an agent can run them the same way.
 
 Example:
-    >>> from memlane.strategies import load_strategy
-    >>> load_strategy({"long_term_memory_id": "neuralyzer", "interaction_keep": 2})
+    >>> from memlane.strategies import Strategy
+    >>> Strategy.from_config({"long_term_memory_id": "neuralyzer", "interaction_keep": 2})
     NeuralyzerStrategy(input_tokens_threshold=0, interaction_keep=2, interaction_conditions=[], interaction_threshold_qty=-1, interaction_threshold_tokens=-1, on_tools_success_threshold=[], on_tools_error_threshold=[], long_term_memory_id='neuralyzer')
 """
 

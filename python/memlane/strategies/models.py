@@ -22,6 +22,7 @@ from pydantic import (
 )
 from pydantic_ai.models import Model
 
+from memlane._deprecation import deprecated_alias
 from memlane.strategies.conditions import compile_condition
 
 __all__ = [
@@ -53,7 +54,57 @@ def _check_conditions(values: list[str], scope: Literal["message", "interaction"
     return values
 
 
-class MemoryMaxTokensStrategy(_Config):
+class Strategy(_Config):
+    """What every strategy is: :meth:`from_config` loads one from an agent platform's JSON.
+
+    The four strategies below derive from it; ``isinstance(x, Strategy)`` tells a strategy
+    from any other value.
+    """
+
+    @classmethod
+    def from_config(cls, data: str | bytes | Mapping[str, Any]) -> Self:
+        """A strategy from its JSON (text or an already decoded object).
+
+        ``memory_strategy_id`` makes it a short-term strategy, ``long_term_memory_id`` a
+        long-term one. Called on a strategy class (``SummarizerStrategy.from_config(...)``),
+        the JSON must describe that strategy.
+
+        Args:
+            data: The JSON object.
+
+        Returns:
+            The strategy.
+
+        Raises:
+            ValueError: Invalid JSON, neither or both ids, an unknown id, an unknown field, a
+                value of the wrong type or out of range, a bad condition, or a strategy other
+                than the class called. A :class:`pydantic.ValidationError` (a ``ValueError``)
+                names the field and the offending value.
+
+        Example:
+            >>> Strategy.from_config(
+            ...     '{"memory_strategy_id": "max_tokens", "memory_max_tokens": 800}'
+            ... )
+            MemoryMaxTokensStrategy(memory_strategy_id='max_tokens', memory_max_tokens=800, conditions=[])
+        """
+        value = _as_data(data)
+        if not isinstance(value, Mapping):
+            raise ValueError(f"a strategy must be a JSON object, got {value!r}")
+        short, long = "memory_strategy_id" in value, "long_term_memory_id" in value
+        if short == long:
+            raise ValueError(
+                "a strategy needs exactly one of memory_strategy_id (short-term) and "
+                f"long_term_memory_id (long-term); got {dict(value)!r}"
+            )
+        strategy = _SHORT.validate_python(value) if short else _LONG.validate_python(value)
+        if not isinstance(strategy, cls):
+            raise ValueError(
+                f"{cls.__name__}.from_config was given a {type(strategy).__name__}: {dict(value)!r}"
+            )
+        return strategy
+
+
+class MemoryMaxTokensStrategy(Strategy):
     """Short-term: the newest whole interactions that fit in ``memory_max_tokens``.
 
     Walks the conversation backwards by interaction and keeps interactions while their tokens
@@ -68,8 +119,9 @@ class MemoryMaxTokensStrategy(_Config):
             ``"message.role != 'tool'"`` (no tool calls, no tool returns).
 
     Example:
-        >>> from memlane.strategies import load_strategy
-        >>> load_strategy('{"memory_strategy_id": "max_tokens", "memory_max_tokens": 8000}')
+        >>> MemoryMaxTokensStrategy.from_config(
+        ...     '{"memory_strategy_id": "max_tokens", "memory_max_tokens": 8000}'
+        ... )
         MemoryMaxTokensStrategy(memory_strategy_id='max_tokens', memory_max_tokens=8000, conditions=[])
     """
 
@@ -83,7 +135,7 @@ class MemoryMaxTokensStrategy(_Config):
         return _check_conditions(value, "message")
 
 
-class ToolResultClearing(_Config):
+class ToolResultClearing(Strategy):
     """Short-term: tool results older than the newest ``keep_last`` interactions are replaced
     by a placeholder that says how many tokens they took.
 
@@ -136,7 +188,7 @@ class KnowledgeBases(_Config):
     top_k: int = Field(default=3, ge=1)
 
 
-class _LongTermTriggers(_Config):
+class _LongTermTriggers(Strategy):
     """The fields every long-term strategy shares: when it fires and what it keeps.
 
     For every numeric threshold, 0 disables it and -1 means never (both never fire; -1 says
@@ -190,8 +242,9 @@ class SummarizerStrategy(_LongTermTriggers):
             summarizer.
 
     Example:
-        >>> from memlane.strategies import load_strategy
-        >>> s = load_strategy({"long_term_memory_id": "summarizer", "cod_max_loops": 3})
+        >>> s = SummarizerStrategy.from_config(
+        ...     {"long_term_memory_id": "summarizer", "cod_max_loops": 3}
+        ... )
         >>> (s.interaction_threshold_qty, s.interaction_threshold_tokens, s.cod_max_loops)
         (20, 20000, 3)
     """
@@ -236,8 +289,6 @@ LongTermStrategy = Annotated[
 ]
 """A long-term strategy, told apart by ``long_term_memory_id``."""
 
-Strategy = MemoryMaxTokensStrategy | ToolResultClearing | SummarizerStrategy | NeuralyzerStrategy
-"""Any strategy."""
 
 # Titled, so an error reads "1 validation error for LongTermStrategy" rather than pydantic's
 # name for the tagged union.
@@ -261,34 +312,8 @@ def _as_data(data: str | bytes | Mapping[str, Any] | Sequence[Any]) -> Any:
     return data
 
 
-def load_strategy(data: str | bytes | Mapping[str, Any]) -> Strategy:
-    """A strategy from its JSON (text or an already decoded object).
-
-    ``memory_strategy_id`` makes it a short-term strategy, ``long_term_memory_id`` a
-    long-term one.
-
-    Args:
-        data: The JSON object.
-
-    Returns:
-        The strategy.
-
-    Raises:
-        ValueError: Invalid JSON, neither or both ids, an unknown id, an unknown field, a
-            value of the wrong type or out of range, or a bad condition. A
-            :class:`pydantic.ValidationError` (a ``ValueError``) names the field and the
-            offending value.
-    """
-    value = _as_data(data)
-    if not isinstance(value, Mapping):
-        raise ValueError(f"a strategy must be a JSON object, got {value!r}")
-    short, long = "memory_strategy_id" in value, "long_term_memory_id" in value
-    if short == long:
-        raise ValueError(
-            "a strategy needs exactly one of memory_strategy_id (short-term) and "
-            f"long_term_memory_id (long-term); got {dict(value)!r}"
-        )
-    return _SHORT.validate_python(value) if short else _LONG.validate_python(value)
+load_strategy = deprecated_alias(Strategy.from_config, "load_strategy", "Strategy.from_config")
+"""Deprecated alias of :meth:`Strategy.from_config` (kept for one release)."""
 
 
 def load_short_term(
@@ -303,7 +328,7 @@ def load_short_term(
         The strategies, in order.
 
     Raises:
-        ValueError: As for :func:`load_strategy`, or an object that is not short-term.
+        ValueError: As for :meth:`Strategy.from_config`, or an object that is not short-term.
     """
     value = _as_data(data)
     if isinstance(value, Mapping):
@@ -317,6 +342,6 @@ def load_long_term(
     """A long-term strategy from its JSON (text or decoded).
 
     Raises:
-        ValueError: As for :func:`load_strategy`, or an object that is not long-term.
+        ValueError: As for :meth:`Strategy.from_config`, or an object that is not long-term.
     """
     return _LONG.validate_python(_as_data(data))
