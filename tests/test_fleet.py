@@ -439,7 +439,7 @@ class TestClearWithTtl:
                 a.add_turn(cid, f"old {i}", "answer")
             assert len(b.get_turns(cid)) == 3
             a.clear(cid)
-            assert a.cleanup_expired() == 0
+            assert a.cleanup_expired_conversations() == 0
             assert [e.metadata.get("kind") for e in store_a.load(ns)] == ["clear"]
             assert b.get_turns(cid) == []
             b.add_turn(cid, "new", "answer")
@@ -453,7 +453,7 @@ class TestClearWithTtl:
             memory.add_turn(cid, "old", "answer")
             memory.clear(cid)
             time.sleep(0.7)
-            assert memory.cleanup_expired() == 0
+            assert memory.cleanup_expired_conversations() == 0
             assert store.load(ConversationMemory.namespace(cid)) == []
             assert memory.get_turns(cid) == []
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from memlane import _backend
 from memlane.errors import ConditionError, MemlaneError
 from memlane.strategies import conditions
 from memlane.strategies.conditions import ConditionError as FromConditions
@@ -139,7 +140,39 @@ class TestFactoryConvention:
 
         # MemoryStore is a protocol, so there is no class for a from_config to live on; the
         # function does not warn.
-        assert isinstance(create_store(MemlaneSettings.from_env(backend="in_memory")), InMemoryStore)
+        assert isinstance(
+            create_store(MemlaneSettings.from_env(backend="in_memory")), InMemoryStore
+        )
+
+
+class TestCleanupNames:
+    """Removing expired conversations is cleanup_expired_conversations on the memory and the
+    manager; the memory's old name warns, and a store's cleanup_expired (entries) stays."""
+
+    def test_the_old_names_warn_and_do_the_same(self, impl: _backend.Implementation) -> None:
+        import asyncio
+        import inspect
+
+        from memlane import ConversationMemory, InMemoryStore, MemoryManager
+
+        store = InMemoryStore()
+        memory = ConversationMemory(store=store, conversation_ttl=60)
+        memory.add_turn("c", "hi", "hello")
+        assert memory.cleanup_expired_conversations() == 0
+        assert asyncio.run(memory.async_cleanup_expired_conversations()) == 0
+        with pytest.warns(DeprecationWarning, match="cleanup_expired_conversations"):
+            assert memory.cleanup_expired() == 0
+        assert inspect.iscoroutinefunction(memory.async_cleanup_expired)
+        with pytest.warns(DeprecationWarning, match="async_cleanup_expired_conversations"):
+            assert asyncio.run(memory.async_cleanup_expired()) == 0
+        assert [t.user_prompt for t in memory.get_turns("c")] == ["hi"]
+        manager = MemoryManager()
+        assert manager.cleanup_expired_conversations() == 0
+        assert MemoryManager.cleanup_expired_conversations.__name__ == (
+            "cleanup_expired_conversations"
+        )
+        assert not hasattr(manager, "cleanup_expired")
+        assert store.cleanup_expired() == 0
 
 
 class TestOldModulePaths:

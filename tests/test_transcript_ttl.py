@@ -131,8 +131,10 @@ class TestIdleConversationsExpire:
         chat(memory, "c", 12)
         await asyncio.sleep(1.3)
         fresh = ConversationMemory(max_tokens=100, store=store, conversation_ttl=1.0)
-        assert fresh.cleanup_expired() == (1 if getattr(store, "persistent", True) else 0)
-        assert memory.cleanup_expired() in (0, 1)
+        assert fresh.cleanup_expired_conversations() == (
+            1 if getattr(store, "persistent", True) else 0
+        )
+        assert memory.cleanup_expired_conversations() in (0, 1)
         assert memory.get_turns("c") == []
         leftover = [n for n in store.namespaces() if n.endswith(":c")]
         assert all(store.load(n) == [] for n in leftover)
@@ -171,7 +173,7 @@ class TestHostsSharingAStore:
         chat(b, "c", 1, first=1)  # b's turn pushes the expiry past a's cached one
         time.sleep(1.5)
         assert [t.turn_id for t in a.get_turns("c")] == [0, 1]
-        assert a.cleanup_expired() == 0
+        assert a.cleanup_expired_conversations() == 0
         time.sleep(3.3)
         assert b.get_turns("c") == []
         assert a.get_turns("c") == []

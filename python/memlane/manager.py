@@ -302,9 +302,11 @@ class MemoryManager:
     async_import_conversation = _delegate(
         "_conversation", ConversationMemory.async_import_conversation
     )
-    cleanup_expired_conversations = _delegate("_conversation", ConversationMemory.cleanup_expired)
+    cleanup_expired_conversations = _delegate(
+        "_conversation", ConversationMemory.cleanup_expired_conversations
+    )
     async_cleanup_expired_conversations = _delegate(
-        "_conversation", ConversationMemory.async_cleanup_expired
+        "_conversation", ConversationMemory.async_cleanup_expired_conversations
     )
     extract_facts = _delegate("_conversation", ConversationMemory.extract_facts)
     async_extract_facts = _delegate("_conversation", ConversationMemory.async_extract_facts)

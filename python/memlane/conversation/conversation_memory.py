@@ -22,6 +22,7 @@ import uuid
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from memlane._deprecation import deprecated_twins
 from memlane._runner import (
     Done,
     Plan,
@@ -138,7 +139,7 @@ class ConversationMemory:
             without a new turn for that long is gone as a whole — turns, summary, transcript
             — on every store, for every host sharing it; reading it afterwards is reading an
             unknown id, and a new turn starts it afresh. ``None`` (the default): forever.
-            :meth:`cleanup_expired` reclaims the space of those nobody read since.
+            :meth:`cleanup_expired_conversations` reclaims the space of those unread.
 
     Raises:
         TypeError: A budget that is not an ``int``, or a summarizer that is not callable.
@@ -305,7 +306,7 @@ class ConversationMemory:
     async_knowledge_for = async_method(_knowledge_for)
     del _knowledge_for
 
-    def _cleanup_expired(self) -> Plan[int]:
+    def _cleanup_expired_conversations(self) -> Plan[int]:
         """Removes every conversation idle past ``conversation_ttl``; how many.
 
         Reads already treat such a conversation as gone; this reclaims the store's space for
@@ -313,9 +314,13 @@ class ConversationMemory:
         """
         return (yield from self._conversations.cleanup_plan())
 
-    cleanup_expired = sync_method(_cleanup_expired)
-    async_cleanup_expired = async_method(_cleanup_expired)
-    del _cleanup_expired
+    cleanup_expired_conversations = sync_method(_cleanup_expired_conversations)
+    async_cleanup_expired_conversations = async_method(_cleanup_expired_conversations)
+    del _cleanup_expired_conversations
+    # The old names read like the store's cleanup_expired, which removes entries.
+    cleanup_expired, async_cleanup_expired = deprecated_twins(
+        "cleanup_expired", cleanup_expired_conversations, async_cleanup_expired_conversations
+    )
 
     def _get_transcript(self, conversation_id: str) -> Plan[list[ConversationTurn]]:
         """Every turn ever added to a conversation, oldest first: those folded into the summary
@@ -366,9 +371,9 @@ class ConversationMemory:
         On a store other hosts share, one small entry records the clear: a host that had
         the conversation cached learns of it from there at its next read, and turns added
         afterwards, by any host, start a new conversation numbered from 0. With a
-        ``conversation_ttl``, :meth:`cleanup_expired` removes that entry a ttl after the
-        clear; without one it stays (a cache may hold the conversation for as long as the
-        host runs).
+        ``conversation_ttl``, :meth:`cleanup_expired_conversations` removes that entry a ttl
+        after the clear; without one it stays (a cache may hold the conversation for as long
+        as the host runs).
         """
         cid = check_cid(conversation_id)
         yield from self._conversations.locked(cid)
