@@ -273,7 +273,7 @@ class TestManagerReadOnly:
         reader = ConversationMemory(store=reader_store, conversation_ttl=0.001)
         assert reader.get_turns(cid) == []
         with pytest.raises(ReadOnlyStoreError):
-            reader.cleanup_expired()
+            reader.cleanup_expired_conversations()
         reader_store.close()
         assert path.read_bytes() == before
 
