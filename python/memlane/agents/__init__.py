@@ -2,9 +2,9 @@
 
 * :class:`MemoryAgent` (``agent.py``) wraps a :class:`pydantic_ai.Agent`: each run is sent the
   conversation's budgeted history and stored as one turn; the working-memory facts reach the
-  model as instructions. With ``long_term=``, what long-term memory holds for its user joins
-  them, the ``recall``/``remember`` tools are there, and runs can become episodes
-  (``long_term.py``).
+  model as instructions (``run_inputs.py`` prepares what a run is given). With
+  ``long_term=``, what long-term memory holds for its user joins them, the
+  ``recall``/``remember`` tools are there, and runs can become episodes (``long_term.py``).
 * Every request a :class:`MemoryAgent` or :func:`memory_history` run makes is kept within the
   budget as a whole — instructions, tool definitions, history and the run's own messages —
   by :class:`RequestBudget` (``budget.py``), with counts scaled per model by a

@@ -2,19 +2,15 @@
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import (
     AbstractAsyncContextManager,
-    AbstractContextManager,
     asynccontextmanager,
-    nullcontext,
 )
 from typing import Any, Generic, TypeVar, cast, overload
 
-from pydantic_ai import Agent, capture_run_messages
+from pydantic_ai import Agent
 from pydantic_ai.agent import AbstractAgent
-from pydantic_ai.messages import ModelMessage
 from pydantic_ai.models import Model
 from pydantic_ai.output import OutputSpec
 from pydantic_ai.run import AgentRunResult
@@ -23,6 +19,7 @@ from memlane.agents.calibration import Calibration
 from memlane.agents.capability import async_store_run, store_run
 from memlane.agents.long_term import LongTermBinding
 from memlane.agents.results import MemoryRunResult, MemoryStreamedRun
+from memlane.agents.run_inputs import RunPreparation, long_term_of
 from memlane.agents.run_strategies import RunStrategies
 from memlane.longterm import LongTermMemory
 from memlane.longterm.episodes import Episode
@@ -34,28 +31,6 @@ __all__ = ["MemoryAgent", "MemoryRunResult", "MemoryStreamedRun"]
 
 OutputT = TypeVar("OutputT")
 RunOutputT = TypeVar("RunOutputT")
-
-# Memory supplies these: a caller's own would be silently replaced, so they are refused.
-_RESERVED_RUN_KWARGS = ("message_history", "conversation")
-
-
-def _check_conversation_id(conversation_id: object) -> str:
-    if not isinstance(conversation_id, str):
-        raise TypeError(f"conversation_id must be str, not {type(conversation_id).__name__}")
-    if conversation_id == "new":
-        raise ValueError(
-            "'new' is pydantic-ai's reserved conversation id; omit conversation_id to start one"
-        )
-    return conversation_id
-
-
-def _add_instruction(instructions: Any, extra: Any) -> list[Any]:
-    """A run's ``instructions=`` with ``extra`` appended (pydantic-ai joins them all)."""
-    if instructions is None:
-        return [extra]
-    if isinstance(instructions, str) or not isinstance(instructions, Sequence):
-        return [instructions, extra]
-    return [*instructions, extra]
 
 
 class MemoryAgent(Generic[OutputT]):
@@ -227,7 +202,7 @@ class MemoryAgent(Generic[OutputT]):
             if long_term_strategy is not None:
                 raise TypeError("pass the long-term strategy as long_term or long_term_strategy")
             long_term_strategy, long_term = long_term, None
-        self.long_term = _long_term_of(memory, long_term)
+        self.long_term = long_term_of(memory, long_term)
         self._strategies = RunStrategies(
             memory,
             short_term=short_term,
@@ -247,6 +222,9 @@ class MemoryAgent(Generic[OutputT]):
             )
         elif user_id is not None or record_episodes:
             raise ValueError("user_id and record_episodes=True need long_term memory")
+        self._preparation = RunPreparation(
+            memory, self._strategies, self._binding, self._working_memory
+        )
 
     @property
     def user_id(self) -> str | None:
@@ -286,42 +264,6 @@ class MemoryAgent(Generic[OutputT]):
         # so a database store's I/O never blocks the event loop.
         return self.memory.get_working_context() or None
 
-    def _run_kwargs(
-        self,
-        conversation_id: str,
-        kwargs: dict[str, Any],
-        *,
-        sync: bool,
-        knowledge: str | None = None,
-    ) -> dict[str, Any]:
-        kwargs = dict(kwargs)
-        if knowledge:
-            kwargs["instructions"] = _add_instruction(kwargs.get("instructions"), knowledge)
-        if self.inject_working_memory:
-            kwargs["instructions"] = _add_instruction(
-                kwargs.get("instructions"), self._working_memory
-            )
-        if self._binding is not None:
-            # run_sync reads through the sync methods (in pydantic-ai's worker thread), the
-            # async runs through the async_ twins, as each path's store calls expect.
-            context = self._binding.instructions if sync else self._binding.async_instructions
-            kwargs["instructions"] = _add_instruction(kwargs.get("instructions"), context)
-            kwargs["toolsets"] = [*(kwargs.get("toolsets") or ()), self._binding.toolset]
-        # Last of the run's capabilities: it sees the request as the others left it.
-        budget = self._strategies.budget(sync=sync)
-        kwargs["capabilities"] = [*(kwargs.get("capabilities") or ()), budget]
-        # pydantic-ai tags the run's messages with the id, so traces name memlane's conversation.
-        kwargs["conversation_id"] = conversation_id
-        return kwargs
-
-    @staticmethod
-    def _check_kwargs(kwargs: dict[str, Any]) -> None:
-        for reserved in _RESERVED_RUN_KWARGS:
-            if reserved in kwargs:
-                raise TypeError(
-                    f"{reserved}= is supplied by memory; MemoryAgent runs take conversation_id="
-                )
-
     def _metadata(self) -> dict[str, Any] | None:
         return {"agent": self.name} if self.name else None
 
@@ -346,13 +288,6 @@ class MemoryAgent(Generic[OutputT]):
             agent_name=self.name,
             episode=episode,
         )
-
-    def _capture(self) -> AbstractContextManager[list[ModelMessage]]:
-        # Only a run that becomes an episode needs its messages should it fail; capturing
-        # otherwise would hide the run from a caller's own capture_run_messages().
-        if self._binding is not None and self._binding.record_episodes:
-            return capture_run_messages()
-        return nullcontext([])
 
     @overload
     async def run(
@@ -403,18 +338,10 @@ class MemoryAgent(Generic[OutputT]):
                 messages exchanged before the failure and the error (``"{type}: {message}"``);
                 a run cancelled or interrupted by ``KeyboardInterrupt`` is not.
         """
-        self._check_kwargs(kwargs)
-        cid = (
-            uuid.uuid4().hex if conversation_id is None else _check_conversation_id(conversation_id)
+        cid, history, run_kwargs = await self._preparation.async_prepare(
+            user_prompt, conversation_id, kwargs, self.inject_working_memory
         )
-        history = (
-            []
-            if conversation_id is None
-            else self._strategies.history(cid, await self.memory.async_get_message_history(cid))
-        )
-        knowledge = await self._strategies.async_knowledge(cid, user_prompt)
-        run_kwargs = self._run_kwargs(cid, kwargs, sync=False, knowledge=knowledge)
-        with self._capture() as messages:
+        with self._preparation.capture() as messages:
             try:
                 result = await self.agent.run(
                     user_prompt, message_history=history or None, **run_kwargs
@@ -473,18 +400,10 @@ class MemoryAgent(Generic[OutputT]):
             TypeError: ``message_history=`` or ``conversation=`` was passed.
             pydantic_ai.exceptions.AgentRunError: The run failed, as for :meth:`run`.
         """
-        self._check_kwargs(kwargs)
-        cid = (
-            uuid.uuid4().hex if conversation_id is None else _check_conversation_id(conversation_id)
+        cid, history, run_kwargs = self._preparation.prepare(
+            user_prompt, conversation_id, kwargs, self.inject_working_memory
         )
-        history = (
-            []
-            if conversation_id is None
-            else self._strategies.history(cid, self.memory.get_message_history(cid))
-        )
-        knowledge = self._strategies.knowledge(cid, user_prompt)
-        run_kwargs = self._run_kwargs(cid, kwargs, sync=True, knowledge=knowledge)
-        with self._capture() as messages:
+        with self._preparation.capture() as messages:
             try:
                 result = self.agent.run_sync(
                     user_prompt, message_history=history or None, **run_kwargs
@@ -543,18 +462,10 @@ class MemoryAgent(Generic[OutputT]):
         Yields:
             The streamed run (its ``conversation_id`` is known from the start).
         """
-        self._check_kwargs(kwargs)
-        cid = (
-            uuid.uuid4().hex if conversation_id is None else _check_conversation_id(conversation_id)
+        cid, history, run_kwargs = await self._preparation.async_prepare(
+            user_prompt, conversation_id, kwargs, self.inject_working_memory
         )
-        history = (
-            []
-            if conversation_id is None
-            else self._strategies.history(cid, await self.memory.async_get_message_history(cid))
-        )
-        knowledge = await self._strategies.async_knowledge(cid, user_prompt)
-        run_kwargs = self._run_kwargs(cid, kwargs, sync=False, knowledge=knowledge)
-        with self._capture() as messages:
+        with self._preparation.capture() as messages:
             try:
                 async with self.agent.run_stream(
                     user_prompt, message_history=history or None, **run_kwargs
@@ -578,21 +489,3 @@ class MemoryAgent(Generic[OutputT]):
             streamed.episode = await self._binding.async_record(stream.result, cid)
             if streamed.episode is not None and self._extracts:
                 await self.memory.async_extract_facts(cid)
-
-
-def _long_term_of(memory: MemoryManager, long_term: object) -> LongTermMemory | None:
-    """The long-term memory ``long_term=`` names (``True``: the manager's own)."""
-    if long_term is None or long_term is False:
-        return None
-    if long_term is True:
-        if memory.long_term is None:
-            raise ValueError(
-                "long_term=True uses the manager's long-term memory, and this MemoryManager "
-                "has none: build it with MemoryManager(long_term=True) or pass a LongTermMemory"
-            )
-        return memory.long_term
-    if isinstance(long_term, LongTermMemory):
-        return long_term
-    raise TypeError(
-        f"long_term must be LongTermMemory, bool or None, not {type(long_term).__name__}"
-    )
