@@ -49,7 +49,7 @@ _LAZY: dict[str, str] = {
     "ConditionalStore": _PROTOCOL,
     "FileStore": "memlane.stores.file",
     "InMemoryStore": "memlane.stores.in_memory",
-    "IndexFallbackWarning": "memlane.stores._network",
+    "IndexFallbackWarning": "memlane.stores._connect",
     "MemoryStore": _PROTOCOL,
     "MongoDBStore": "memlane.stores.mongodb",
     "PostgreSQLStore": "memlane.stores.postgres",

@@ -26,14 +26,7 @@ from memlane._locks import running_loop
 from memlane._validate import check_seconds
 from memlane.errors import InvalidValueError, MemlaneError, StoreConnectionError, StoreError
 from memlane.stores._base import ContextManaged, blocking, read_only_error
-from memlane.stores._connect import (
-    IndexFallbackWarning,
-    LoopThread,
-    check_url,
-    hosts,
-    require,
-    utf8_problem,
-)
+from memlane.stores._connect import LoopThread, check_url, hosts
 from memlane.stores.protocol import (
     SearchHit,
     check_entry,
@@ -51,7 +44,7 @@ from memlane.types import MemoryEntry, utc_now
 T = TypeVar("T")
 R = TypeVar("R")
 
-__all__ = ["IndexFallbackWarning", "NetworkStore", "require", "utf8_problem"]
+__all__ = ["NetworkStore"]
 
 
 class NetworkStore(ContextManaged, Generic[R]):

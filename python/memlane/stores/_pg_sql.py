@@ -17,7 +17,7 @@ from typing import Any
 from memlane._validate import check_str
 from memlane.errors import InvalidValueError
 from memlane.stores import _pg_search
-from memlane.stores._network import utf8_problem
+from memlane.stores._connect import utf8_problem
 from memlane.stores.protocol import find_in_json
 
 __all__ = ["PgSql", "cannot_hold", "check_schema_name", "jsonb_text", "text_problem"]

@@ -18,6 +18,7 @@ from typing import Any
 from memlane._validate import check_positive_int, check_seconds
 from memlane.errors import InvalidValueError, NotAStoreError, StoreConnectionError
 from memlane.stores import _mongo_search
+from memlane.stores._connect import IndexFallbackWarning, require, utf8_problem
 from memlane.stores._mongo_cas import HOLDER, Mongo, MongoCas, seq_clock
 from memlane.stores._mongo_documents import (
     _FIELDS,
@@ -30,7 +31,7 @@ from memlane.stores._mongo_documents import (
     _url_options,
     check_mongo_name,
 )
-from memlane.stores._network import IndexFallbackWarning, NetworkStore, require, utf8_problem
+from memlane.stores._network import NetworkStore
 from memlane.stores.protocol import (
     SearchHit,
     entry_to_row,

@@ -18,7 +18,8 @@ from typing import Any
 from memlane._validate import check_positive_int, type_name
 from memlane.errors import InvalidValueError, NotAStoreError, StoreError
 from memlane.stores import _pg_search
-from memlane.stores._network import IndexFallbackWarning, NetworkStore, require
+from memlane.stores._connect import IndexFallbackWarning, require
+from memlane.stores._network import NetworkStore
 from memlane.stores._pg_sql import (
     PgSql,
     cannot_hold,
