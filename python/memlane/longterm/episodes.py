@@ -34,13 +34,12 @@ from memlane.longterm.episode_model import (
     run_timing,
 )
 from memlane.longterm.fuzzy import matches_words
-from memlane.longterm.storage import Storage
+from memlane.longterm.storage import StoragePart
 
 if TYPE_CHECKING:
     from pydantic_ai.messages import ModelMessage
     from pydantic_ai.run import AgentRunResult
 
-    from memlane.stores import MemoryStore
     from memlane.types import MemoryEntry
 
 # pydantic-ai is imported where messages are read or written, not with long-term memory.
@@ -59,20 +58,12 @@ __all__ = [
 ]
 
 
-class Episodes:
+class Episodes(StoragePart):
     """The episodes of one long-term memory; every operation has an ``async_`` twin.
 
     Args:
         storage: The store (and embedder slot) the memory's parts share.
     """
-
-    def __init__(self, storage: Storage) -> None:
-        self._storage = storage
-
-    @property
-    def store(self) -> MemoryStore:
-        """The store the episodes live in (the runner runs the plans against it)."""
-        return self._storage.store
 
     def _record_episode(
         self,

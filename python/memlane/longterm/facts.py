@@ -59,14 +59,13 @@ from memlane.longterm.fact_scopes import (
     fact_namespace,
 )
 from memlane.longterm.namespaces import parse_namespace
-from memlane.longterm.storage import Storage
+from memlane.longterm.storage import Storage, StoragePart
 from memlane.longterm.value_checks import check_enum, check_json_value
 from memlane.stores.protocol import SEARCH_TEXT
 from memlane.types import MemoryEntry, MemoryScope, new_entry, utc_now
 
 if TYPE_CHECKING:
     from memlane.longterm.users import Users
-    from memlane.stores import MemoryStore
 
 __all__ = [
     "MEMORY_TYPES",
@@ -129,7 +128,7 @@ def _entry(fact: Fact, entry_id: str | None = None) -> MemoryEntry:
     )
 
 
-class Facts:
+class Facts(StoragePart):
     """The facts of one long-term memory; every operation has an ``async_`` twin.
 
     Args:
@@ -149,14 +148,9 @@ class Facts:
         users: Users | None = None,
         contradiction_penalty: float = CONTRADICTION_PENALTY,
     ) -> None:
-        self._storage = storage
+        super().__init__(storage)
         self._users = users
         self._penalty = contradiction_penalty
-
-    @property
-    def store(self) -> MemoryStore:
-        """The store the facts live in (the runner runs the plans against it)."""
-        return self._storage.store
 
     # ------------------------------------------------------------------ writing
 

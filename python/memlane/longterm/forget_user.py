@@ -32,7 +32,7 @@ from memlane.longterm.fact_model import FactScope
 from memlane.longterm.fact_scopes import fact_namespace
 from memlane.longterm.facts import scope_facts_plan
 from memlane.longterm.namespaces import namespace
-from memlane.longterm.storage import Storage
+from memlane.longterm.storage import StoragePart
 from memlane.longterm.user_model import (
     IDENTIFIERS_NAMESPACE,
     USERS_NAMESPACE,
@@ -42,7 +42,6 @@ from memlane.longterm.user_model import (
 from memlane.longterm.users import resolve_user_plan
 
 if TYPE_CHECKING:
-    from memlane.stores import MemoryStore
     from memlane.types import MemoryEntry
 
 __all__ = ["ForgetReport", "UserEraser"]
@@ -73,7 +72,7 @@ class ForgetReport(BaseModel):
     dry_run: bool = False
 
 
-class UserEraser:
+class UserEraser(StoragePart):
     """``forget_user`` of one long-term memory, with its ``async_`` twin.
 
     Reads users and facts through the plans of :mod:`memlane.longterm.users` and
@@ -82,14 +81,6 @@ class UserEraser:
     Args:
         storage: The store (and embedder slot) the memory's parts share.
     """
-
-    def __init__(self, storage: Storage) -> None:
-        self._storage = storage
-
-    @property
-    def store(self) -> MemoryStore:
-        """The store the records live in (the runner runs the plans against it)."""
-        return self._storage.store
 
     def _forget_user(self, user_id: str, *, dry_run: bool = False) -> Plan[ForgetReport]:
         """Deletes every long-term record of a person: their ``user`` facts, their episodes,

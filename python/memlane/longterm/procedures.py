@@ -34,9 +34,8 @@ from memlane.errors import CorruptStoreError, ProcedureNotFoundError
 from memlane.longterm.fact_model import render_value
 from memlane.longterm.fuzzy import matches_words
 from memlane.longterm.namespaces import namespace
-from memlane.longterm.storage import Storage
+from memlane.longterm.storage import StoragePart
 from memlane.longterm.value_checks import check_enum, check_json_value
-from memlane.stores import MemoryStore
 from memlane.stores.protocol import SEARCH_TEXT
 from memlane.types import MemoryEntry, MemoryScope, as_utc, utc_now
 
@@ -134,20 +133,12 @@ class Procedure(BaseModel):
         return "\n".join([self.name, render_value(self.content), *phrases])
 
 
-class Procedures:
+class Procedures(StoragePart):
     """The procedures of one long-term memory; every operation has an ``async_`` twin.
 
     Args:
         storage: The store (and embedder slot) the memory's parts share.
     """
-
-    def __init__(self, storage: Storage) -> None:
-        self._storage = storage
-
-    @property
-    def store(self) -> MemoryStore:
-        """The store the procedures live in (the runner runs the plans against it)."""
-        return self._storage.store
 
     def _add_procedure(
         self,

@@ -34,7 +34,7 @@ from memlane.longterm.episode_model import EPISODES_NAMESPACE, Episode
 from memlane.longterm.fact_model import Fact, FactScope
 from memlane.longterm.fact_scopes import MEMORY_TYPES, check_ids, fact_namespace
 from memlane.longterm.procedures import PROCEDURES_NAMESPACE, Procedure
-from memlane.longterm.storage import Storage
+from memlane.longterm.storage import StoragePart
 from memlane.stores import MemoryStore, SearchableStore, SearchHit
 from memlane.stores.protocol import rank_entries, search_terms
 from memlane.types import MemoryEntry
@@ -77,20 +77,12 @@ def _ranked(entries: list[MemoryEntry], query: str, limit: int, floor: float) ->
     return rank_entries(entries, list(dict.fromkeys(search_terms(query))), limit, floor)
 
 
-class RankedSearch:
+class RankedSearch(StoragePart):
     """``search`` of one long-term memory, with its ``async_`` twin.
 
     Args:
         storage: The store (and embedder slot) the memory's parts share.
     """
-
-    def __init__(self, storage: Storage) -> None:
-        self._storage = storage
-
-    @property
-    def store(self) -> MemoryStore:
-        """The store searched (the runner runs the plans against it)."""
-        return self._storage.store
 
     def _search(
         self,

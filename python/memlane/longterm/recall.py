@@ -25,30 +25,21 @@ from memlane.longterm.facts import (
 )
 from memlane.longterm.fuzzy import matches_words, query_words
 from memlane.longterm.procedures import search_procedures_plan
-from memlane.longterm.storage import Storage
+from memlane.longterm.storage import StoragePart
 from memlane.stores.protocol import SEARCH_TEXT
 
 if TYPE_CHECKING:
-    from memlane.stores import MemoryStore
     from memlane.types import MemoryEntry
 
 __all__ = ["Recall", "visible_facts_plan"]
 
 
-class Recall:
+class Recall(StoragePart):
     """``recall`` of one long-term memory, with its ``async_`` twin.
 
     Args:
         storage: The store (and embedder slot) the memory's parts share.
     """
-
-    def __init__(self, storage: Storage) -> None:
-        self._storage = storage
-
-    @property
-    def store(self) -> MemoryStore:
-        """The store recall reads (the runner runs the plans against it)."""
-        return self._storage.store
 
     def _recall(
         self,

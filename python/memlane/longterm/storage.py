@@ -40,6 +40,23 @@ class Storage:
     embedder: EmbedderLike | None = None
 
 
+class StoragePart:
+    """What every part of a long-term memory has: the storage they share, and its store, which
+    the runner runs the part's plans against.
+
+    Args:
+        storage: The store (and embedder slot) the memory's parts share.
+    """
+
+    def __init__(self, storage: Storage) -> None:
+        self._storage = storage
+
+    @property
+    def store(self) -> MemoryStore:
+        """Where the part's records live."""
+        return self._storage.store
+
+
 def check_embedder(embedder: object) -> EmbedderLike | None:
     """``embedder`` if it is ``None``, a non-empty model name, or a pydantic-ai embedder/model.
 

@@ -37,7 +37,7 @@ from memlane.longterm.fact_model import Fact, FactScope, FactType
 from memlane.longterm.facts import delete_fact_plan, remember_plan, scope_facts_plan
 from memlane.longterm.namespaces import namespace
 from memlane.longterm.procedures import update_record
-from memlane.longterm.storage import Storage
+from memlane.longterm.storage import StoragePart
 from memlane.longterm.user_model import (
     IDENTIFIERS_NAMESPACE,
     USERS_NAMESPACE,
@@ -53,7 +53,7 @@ from memlane.longterm.user_model import (
 from memlane.types import MemoryEntry, MemoryScope, utc_now
 
 if TYPE_CHECKING:
-    from memlane.stores import MemoryStore
+    pass
 
 __all__ = [
     "IDENTIFIERS_NAMESPACE",
@@ -71,7 +71,7 @@ __all__ = [
 _MAX_MERGE_CHAIN = 64
 
 
-class Users:
+class Users(StoragePart):
     """The users of one long-term memory; every operation has an ``async_`` twin.
 
     Reads the user's facts and episodes through the plans of :mod:`memlane.longterm.facts`
@@ -80,14 +80,6 @@ class Users:
     Args:
         storage: The store (and embedder slot) the memory's parts share.
     """
-
-    def __init__(self, storage: Storage) -> None:
-        self._storage = storage
-
-    @property
-    def store(self) -> MemoryStore:
-        """The store the users live in (the runner runs the plans against it)."""
-        return self._storage.store
 
     # ------------------------------------------------------------------ identity
 
