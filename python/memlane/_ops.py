@@ -28,7 +28,9 @@ if TYPE_CHECKING:
         MemoryStore,
         SearchableStore,
         SearchHit,
+        VectorStore,
     )
+    from memlane.stores.vectors import EntryVector
     from memlane.types import MemoryEntry
 
 T = TypeVar("T")
@@ -42,13 +44,16 @@ __all__ = [
     "Load",
     "LoadByKey",
     "LoadRange",
+    "MissingVectors",
     "Namespaces",
     "Save",
     "SaveIf",
     "SaveMany",
+    "SaveVectors",
     "Search",
     "StoreOp",
     "Then",
+    "VectorSearch",
 ]
 
 
@@ -283,3 +288,69 @@ class Search(StoreOp["list[SearchHit]"]):
         return await store.async_search(
             self.namespaces, self.query, limit=self.limit, min_importance=self.min_importance
         )
+
+
+@dataclass(frozen=True, slots=True)
+class SaveVectors(StoreOp[int]):
+    """:meth:`~memlane.stores.protocol.VectorStore.save_vectors`: how many were attached."""
+
+    namespace: str
+    model: str
+    vectors: Sequence[EntryVector]
+
+    def run(self, store: VectorStore) -> int:
+        """``store.save_vectors``."""
+        return store.save_vectors(self.namespace, self.model, self.vectors)
+
+    async def run_async(self, store: VectorStore) -> int:
+        """``store.async_save_vectors``."""
+        return await store.async_save_vectors(self.namespace, self.model, self.vectors)
+
+
+@dataclass(frozen=True, slots=True)
+class VectorSearch(StoreOp["list[SearchHit]"]):
+    """:meth:`~memlane.stores.protocol.VectorStore.vector_search`: hits, best first."""
+
+    namespaces: Sequence[str]
+    vector: Sequence[float]
+    model: str
+    limit: int = 10
+    min_importance: float = 0.0
+
+    def run(self, store: VectorStore) -> list[SearchHit]:
+        """``store.vector_search``."""
+        return store.vector_search(
+            self.namespaces,
+            self.vector,
+            model=self.model,
+            limit=self.limit,
+            min_importance=self.min_importance,
+        )
+
+    async def run_async(self, store: VectorStore) -> list[SearchHit]:
+        """``store.async_vector_search``."""
+        return await store.async_vector_search(
+            self.namespaces,
+            self.vector,
+            model=self.model,
+            limit=self.limit,
+            min_importance=self.min_importance,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class MissingVectors(StoreOp["list[MemoryEntry]"]):
+    """:meth:`~memlane.stores.protocol.VectorStore.missing_vectors`: entries to embed, oldest
+    first."""
+
+    namespaces: Sequence[str]
+    model: str
+    limit: int = 1000
+
+    def run(self, store: VectorStore) -> list[MemoryEntry]:
+        """``store.missing_vectors``."""
+        return store.missing_vectors(self.namespaces, self.model, limit=self.limit)
+
+    async def run_async(self, store: VectorStore) -> list[MemoryEntry]:
+        """``store.async_missing_vectors``."""
+        return await store.async_missing_vectors(self.namespaces, self.model, limit=self.limit)

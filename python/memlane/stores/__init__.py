@@ -17,7 +17,9 @@ Every store opens read-only with ``read_only=True``: it creates and migrates not
 write raises :class:`~memlane.errors.ReadOnlyStoreError`, and a place that is not a memlane
 store raises :class:`~memlane.errors.NotAStoreError` naming it. Each is also a
 :class:`SearchableStore`: ``search`` ranks the entries carrying a ``search_text`` by a
-query's words, from the store's own full-text index.
+query's words, from the store's own full-text index. And each is a :class:`VectorStore`:
+``save_vectors`` keeps an embedding beside an entry (in step with it) and ``vector_search``
+ranks by cosine similarity.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from memlane.stores.fallbacks import VectorFallbackWarning
     from memlane.stores.file import FileStore
     from memlane.stores.in_memory import InMemoryStore
     from memlane.stores.mongodb import IndexFallbackWarning, MongoDBStore
@@ -37,8 +40,10 @@ if TYPE_CHECKING:
         SearchableStore,
         SearchHit,
         SyncMemoryStore,
+        VectorStore,
     )
     from memlane.stores.sqlite import SQLiteStore
+    from memlane.stores.vectors import EntryVector
 
 _PROTOCOL = "memlane.stores.protocol"
 
@@ -46,6 +51,7 @@ _PROTOCOL = "memlane.stores.protocol"
 # in this process's memory never loads the file, SQLite or network stores.
 _LAZY: dict[str, str] = {
     "AsyncMemoryStore": _PROTOCOL,
+    "EntryVector": "memlane.stores.vectors",
     "ConditionalStore": _PROTOCOL,
     "FileStore": "memlane.stores.file",
     "InMemoryStore": "memlane.stores.in_memory",
@@ -57,6 +63,8 @@ _LAZY: dict[str, str] = {
     "SearchHit": _PROTOCOL,
     "SearchableStore": _PROTOCOL,
     "SyncMemoryStore": _PROTOCOL,
+    "VectorFallbackWarning": "memlane.stores.fallbacks",
+    "VectorStore": _PROTOCOL,
 }
 
 
@@ -75,6 +83,7 @@ def __dir__() -> list[str]:
 __all__ = [
     "AsyncMemoryStore",
     "ConditionalStore",
+    "EntryVector",
     "FileStore",
     "InMemoryStore",
     "IndexFallbackWarning",
@@ -85,4 +94,6 @@ __all__ = [
     "SearchHit",
     "SearchableStore",
     "SyncMemoryStore",
+    "VectorFallbackWarning",
+    "VectorStore",
 ]

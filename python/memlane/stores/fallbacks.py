@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from memlane.types import MemoryEntry
 
 __all__ = [
+    "VectorFallbackWarning",
     "async_load_range",
     "async_save_if",
     "async_save_many",
@@ -28,6 +29,17 @@ __all__ = [
     "save_if",
     "save_many",
 ]
+
+
+class VectorFallbackWarning(UserWarning):
+    """A database server cannot rank vectors itself; memlane scores them instead.
+
+    PostgreSQL without the ``vector`` extension (pgvector), a MongoDB-compatible server without
+    ``$vectorSearch``: the store still keeps every rule of
+    :class:`~memlane.stores.protocol.VectorStore`, reading the candidate vectors and computing
+    the cosine similarity in memlane, which is slower on large namespaces. Warned once per
+    store, naming what is missing.
+    """
 
 
 def _conditional(store: MemoryStore, method: str) -> TypeGuard[ConditionalStore]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from types import TracebackType
-from typing import Protocol, Self, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, Self, TypeVar, runtime_checkable
 
 from memlane._validate import check_identifier, check_str, type_name
 
@@ -44,6 +44,9 @@ from memlane.stores.stored_values import (
 )
 from memlane.types import MemoryEntry
 
+if TYPE_CHECKING:
+    from memlane.stores.vectors import EntryVector
+
 T = TypeVar("T")
 
 __all__ = [
@@ -57,6 +60,7 @@ __all__ = [
     "SearchHit",
     "SearchableStore",
     "SyncMemoryStore",
+    "VectorStore",
     "bm25",
     "check_entry",
     "check_entry_id",
@@ -304,6 +308,74 @@ class SearchableStore(MemoryStore, Protocol):
         min_importance: float = 0.0,
     ) -> list[SearchHit]:
         """Async :meth:`search`."""
+
+
+@runtime_checkable
+class VectorStore(MemoryStore, Protocol):
+    """A :class:`MemoryStore` that keeps a vector beside an entry and ranks by cosine similarity.
+
+    A vector belongs to one entry and to the search text it was made from (its ``digest``),
+    and is kept in step with the entry: deleting, clearing, expiring the entry or saving it
+    with a different search text drops the vector, so a deleted, expired or changed entry never
+    comes back from :meth:`vector_search`. Each vector is kept with its ``model`` (the
+    embedder's id) and dimensions; vectors of another model or dimension are never compared.
+    Argument checks: :mod:`memlane.stores.vectors`.
+    """
+
+    def save_vectors(self, namespace: str, model: str, vectors: Sequence[EntryVector]) -> int:
+        """Attaches each vector to the unexpired entry of ``namespace`` with its ``entry_id``,
+        only while ``text_digest(entry.metadata["search_text"]) == vector.digest``; others are
+        skipped silently (the writer embeds the new text). It replaces the entry's vector of
+        any model. All vectors of a call have one dimension count. Returns how many attached.
+
+        Raises:
+            TypeError, ValueError: A bad argument, named; vectors of different dimensions.
+            ReadOnlyStoreError: The store was opened read-only.
+        """
+
+    def vector_search(
+        self,
+        namespaces: Sequence[str],
+        vector: Sequence[float],
+        *,
+        model: str,
+        limit: int = 10,
+        min_importance: float = 0.0,
+    ) -> list[SearchHit]:
+        """Unexpired entries of ``namespaces`` with ``importance >= min_importance`` and a
+        vector of exactly ``model`` and ``len(vector)`` dimensions, by cosine similarity to
+        ``vector`` (the score, in [-1, 1]), best first; ties by importance, then insertion.
+        At most ``limit``. Bad arguments raise ``TypeError``/``ValueError`` naming them.
+        """
+
+    def missing_vectors(
+        self, namespaces: Sequence[str], model: str, *, limit: int = 1000
+    ) -> list[MemoryEntry]:
+        """Unexpired entries of ``namespaces`` with a search text but no vector of ``model``
+        (none, another model's, or one dropped), oldest first, at most ``limit``: what a
+        writer catching up, or a re-embedding, embeds.
+        """
+
+    async def async_save_vectors(
+        self, namespace: str, model: str, vectors: Sequence[EntryVector]
+    ) -> int:
+        """Async :meth:`save_vectors`."""
+
+    async def async_vector_search(
+        self,
+        namespaces: Sequence[str],
+        vector: Sequence[float],
+        *,
+        model: str,
+        limit: int = 10,
+        min_importance: float = 0.0,
+    ) -> list[SearchHit]:
+        """Async :meth:`vector_search`."""
+
+    async def async_missing_vectors(
+        self, namespaces: Sequence[str], model: str, *, limit: int = 1000
+    ) -> list[MemoryEntry]:
+        """Async :meth:`missing_vectors`."""
 
 
 def check_search(
