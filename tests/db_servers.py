@@ -1,14 +1,17 @@
 """Start real database servers on loopback for the test suite.
 
-Two servers are supported:
+Three servers are supported:
 
 * PostgreSQL, from Debian's packages (``/usr/lib/postgresql/*/bin``), see
   :func:`start_postgres`.
+* PostgreSQL 16 with pgvector, bundled by the ``pgserver`` wheel, see
+  :func:`start_pgvector_postgres`.
 * FerretDB v1.24.2 (MongoDB wire protocol) with its SQLite backend, see
   :func:`start_ferretdb`.
 
-Both are installed by ``scripts/install_servers.sh``. Setting
-``MEMLANE_TEST_POSTGRES_URL`` or ``MEMLANE_TEST_MONGODB_URL`` makes the matching
+Debian's PostgreSQL and FerretDB are installed by ``scripts/install_servers.sh``,
+pgserver by the test extra. Setting ``MEMLANE_TEST_POSTGRES_URL``,
+``MEMLANE_TEST_PGVECTOR_URL`` or ``MEMLANE_TEST_MONGODB_URL`` makes the matching
 function return that external server instead of starting one.
 
 Every failure raises :class:`ServerError` (a ``RuntimeError``) with the reason
@@ -33,6 +36,7 @@ import atexit
 import contextlib
 import ctypes
 import glob
+import importlib.util
 import os
 import pwd
 import re
@@ -51,12 +55,14 @@ from typing import IO, Any
 __all__ = [
     "FERRETDB_VERSION",
     "MONGODB_URL_ENV",
+    "PGVECTOR_URL_ENV",
     "POSTGRES_DB",
     "POSTGRES_ROLE",
     "POSTGRES_URL_ENV",
     "Server",
     "ServerError",
     "start_ferretdb",
+    "start_pgvector_postgres",
     "start_postgres",
     "tools_bin_dir",
 ]
@@ -66,6 +72,9 @@ POSTGRES_URL_ENV = "MEMLANE_TEST_POSTGRES_URL"
 
 MONGODB_URL_ENV = "MEMLANE_TEST_MONGODB_URL"
 """Environment variable naming an external MongoDB server to use instead."""
+
+PGVECTOR_URL_ENV = "MEMLANE_TEST_PGVECTOR_URL"
+"""Environment variable naming an external PostgreSQL server with pgvector to use instead."""
 
 POSTGRES_DB = "memlane_test"
 """Database created in a started PostgreSQL server."""
@@ -518,11 +527,68 @@ def start_postgres(workdir: Path) -> Server:
     external = os.environ.get(POSTGRES_URL_ENV)
     if external:
         return _external("postgres", external, default_port=5432)
+    return _start_cluster(workdir, _postgres_bindir(), "start_postgres")
 
+
+def start_pgvector_postgres(workdir: Path) -> Server:
+    """Start a second, throwaway PostgreSQL server that has the ``vector`` extension.
+
+    Debian's PostgreSQL packages have no pgvector; the ``pgserver`` wheel (the test
+    extra) bundles PostgreSQL 16 with it. Its binaries run directly, as
+    :func:`start_postgres` runs Debian's (same cluster settings, same user when root,
+    a new ``workdir/postgres-*`` data area), so the suite can test PostgreSQLStore both
+    with pgvector and without. The wheel bundles no other contrib extension (no
+    ``pg_trgm``, no ``btree_gin``).
+
+    When ``MEMLANE_TEST_PGVECTOR_URL`` is set, nothing is started and a Server describing
+    that URL is returned (``is_external`` True).
+
+    Args:
+        workdir: Existing directory for the data directory and log file.
+
+    Returns:
+        The server; its ``url`` is ``postgresql://postgres@127.0.0.1:PORT/memlane_test``.
+
+    Raises:
+        ServerError: If pgserver is not installed or lacks pgvector, initdb fails, or the
+            server does not accept connections within 30 s (with the log tail).
+    """
+    external = os.environ.get(PGVECTOR_URL_ENV)
+    if external:
+        return _external("postgres", external, default_port=5432)
+    return _start_cluster(workdir, _pgserver_bindir(), "start_pgvector_postgres")
+
+
+def _pgserver_bindir() -> Path:
+    """The ``bin`` directory of the PostgreSQL that the ``pgserver`` wheel bundles.
+
+    Found without importing pgserver (its import sets up logging and a server manager).
+
+    Raises:
+        ServerError: pgserver is missing, or its PostgreSQL lacks a binary or pgvector.
+    """
+    spec = importlib.util.find_spec("pgserver")
+    if spec is None or not spec.submodule_search_locations:
+        raise ServerError(
+            "the pgserver package (PostgreSQL with pgvector) is not installed: "
+            f"pip install -e '.[test]', or set {PGVECTOR_URL_ENV}"
+        )
+    install = Path(next(iter(spec.submodule_search_locations))) / "pginstall"
+    bindir = install / "bin"
+    needed = ("postgres", "initdb", "pg_isready", "createdb")
+    missing = [n for n in needed if not os.access(bindir / n, os.X_OK)]
+    control = install / "share" / "postgresql" / "extension" / "vector.control"
+    if missing or not control.is_file():
+        what = f"binaries {', '.join(missing)}" if missing else f"pgvector ({control})"
+        raise ServerError(f"pgserver's PostgreSQL in {install} lacks {what}")
+    return bindir
+
+
+def _start_cluster(workdir: Path, bindir: Path, caller: str) -> Server:
+    """A fresh cluster of the PostgreSQL in ``bindir``, started (see :func:`start_postgres`)."""
     workdir = Path(workdir).resolve()
     if not workdir.is_dir():
-        raise ServerError(f"start_postgres: workdir {workdir} is not a directory")
-    bindir = _postgres_bindir()
+        raise ServerError(f"{caller}: workdir {workdir} is not a directory")
     run_as = _ensure_pg_user() if os.geteuid() == 0 else None
 
     if run_as is not None and not _can_traverse(workdir, run_as):
