@@ -24,6 +24,7 @@ from memlane._pure import budget as _pure_budget
 from memlane._pure import search as _pure_search
 from memlane._pure import store as _pure_store
 from memlane._pure import tokens as _pure_tokens
+from memlane._pure import vector_index as _pure_vector_index
 
 logger = logging.getLogger("memlane")
 
@@ -42,6 +43,7 @@ class Implementation:
     MemoryTable: type[_pure_store.MemoryTable]
     SearchIndex: type[_pure_search.SearchIndex]
     SqliteTable: type[_pure_store.SqliteTable]
+    VectorIndex: type[_pure_vector_index.VectorIndex]
 
 
 PYTHON = Implementation(
@@ -51,6 +53,7 @@ PYTHON = Implementation(
     MemoryTable=_pure_store.MemoryTable,
     SearchIndex=_pure_search.SearchIndex,
     SqliteTable=_pure_store.SqliteTable,
+    VectorIndex=_pure_vector_index.VectorIndex,
 )
 """The pure-Python twin: the readable reference."""
 
@@ -74,6 +77,7 @@ def _rust(module: ModuleType) -> Implementation:
         MemoryTable=cast("type[_pure_store.MemoryTable]", module.MemoryTable),
         SearchIndex=cast("type[_pure_search.SearchIndex]", module.SearchIndex),
         SqliteTable=cast("type[_pure_store.SqliteTable]", module.SqliteTable),
+        VectorIndex=cast("type[_pure_vector_index.VectorIndex]", module.VectorIndex),
     )
 
 

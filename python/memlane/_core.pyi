@@ -415,3 +415,78 @@ class SqliteTable:
     def close(self) -> None:
         """Closes the connection; closing again does nothing, any other call raises
         ``ValueError("SqliteTable is closed")``."""
+
+@final
+class VectorIndex:
+    """Entries' unit vectors grouped by (model, dimensions), scored by exact dot products:
+    what ``InMemoryStore.vector_search`` reads.
+
+    Twin of :class:`memlane._pure.vector_index.VectorIndex`; ``rust/src/vectors.rs`` states
+    the invariants both keep. An entry has at most one vector; a search reads only the rows of
+    its model and dimensions (contiguous float32), never another's, and releases the GIL while
+    scoring. Scores are float32 dot products summed in eight lanes, the twin's to the bit
+    without numpy and to float32 rounding with it. Vectors arrive checked and unit length
+    (:func:`memlane.stores.vectors.unit`): the index applies no policy.
+    """
+
+    def __new__(cls) -> Self: ...
+    def upsert(
+        self,
+        entry_id: str,
+        namespace: str,
+        model: str,
+        digest: str,
+        vector: Sequence[float],
+        importance: float,
+        expires_at: float | None,
+        payload: Any,
+    ) -> None:
+        """Attaches ``vector`` of ``model`` to ``entry_id``, replacing any vector it had (of
+        any model); one replaced within its namespace keeps its age (the last tie-break).
+
+        Args:
+            entry_id: The entry's id, unique across namespaces.
+            namespace: The namespace the entry lies in.
+            model: The embedder's id.
+            digest: ``text_digest`` of the text the vector was made from.
+            vector: The floats (stored as float32).
+            importance: The entry's importance, 0.0–1.0.
+            expires_at: Expiry as Unix seconds, or ``None`` for never.
+            payload: The object that ``search`` returns.
+        """
+    def refresh(
+        self,
+        entry_id: str,
+        namespace: str,
+        digest: str,
+        importance: float,
+        expires_at: float | None,
+        payload: Any,
+    ) -> bool:
+        """After the entry was saved again: keeps its vector, with the new importance, expiry
+        and payload, if it is still in ``namespace`` with the text of ``digest``; else drops
+        it. Whether it was kept (``False`` too when it had none)."""
+    def remove(self, entry_id: str) -> bool:
+        """Drops ``entry_id``'s vector; whether it had one."""
+    def clear(self, namespace: str) -> int:
+        """Drops the vectors of a namespace's entries; how many."""
+    def cleanup_expired(self, now: float) -> int:
+        """Drops the vectors of entries expired at ``now``; how many."""
+    def model_of(self, entry_id: str) -> str | None:
+        """The model of ``entry_id``'s vector, or ``None``."""
+    def search(
+        self,
+        namespaces: Sequence[str],
+        model: str,
+        query: Sequence[float],
+        limit: int,
+        min_importance: float,
+        now: float,
+    ) -> list[tuple[Any, float]]:
+        """The best ``limit`` payloads by dot product with ``query``, with their scores.
+
+        A candidate lies in one of ``namespaces``, is unexpired at ``now``, has
+        ``importance >= min_importance`` and a vector of ``model`` with ``len(query)``
+        dimensions; ties go to importance, then to the oldest vector.
+        """
+    def __len__(self) -> int: ...

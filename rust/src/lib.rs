@@ -1,11 +1,12 @@
-//! memlane's Rust core: exact token counting, the conversation budget ledger and the
-//! embedded memory stores. Plain Rust modules; the PyO3 glue lives only in `py/`
-//! (behind the `python` feature) so `cargo test` runs without an interpreter.
+//! memlane's Rust core: exact token counting, the conversation budget ledger, the embedded
+//! memory stores and their exact vector index. Plain Rust modules; the PyO3 glue lives only
+//! in `py/` (behind the `python` feature) so `cargo test` runs without an interpreter.
 
 mod batch;
 pub mod budget;
 pub mod store;
 pub mod tokens;
+pub mod vectors;
 
 #[cfg(feature = "python")]
 mod py;

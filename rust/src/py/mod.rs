@@ -16,6 +16,7 @@ mod memory_table;
 mod search_index;
 mod sqlite_table;
 mod tokens;
+mod vector_index;
 
 /// The guard of a mutex, unless an earlier call panicked while holding it: the state behind it
 /// may be half-updated, so it is refused rather than used.
@@ -37,5 +38,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<memory_table::MemoryTable>()?;
     m.add_class::<search_index::SearchIndex>()?;
     m.add_class::<sqlite_table::SqliteTable>()?;
+    m.add_class::<vector_index::VectorIndex>()?;
     Ok(())
 }
