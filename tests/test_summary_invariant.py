@@ -48,7 +48,7 @@ class TestEveryTurnIsSentOrSummarised:
         max_tokens=st.integers(MIN_SUMMARY_ROOM + 1, 600),
         threshold_share=st.floats(0.05, 1.0),
         sizes=st.lists(st.integers(1, 250), min_size=1, max_size=25),
-        summary_lengths=st.lists(st.integers(0, 400), min_size=1, max_size=4),
+        summary_lengths=st.lists(st.integers(1, 400), min_size=1, max_size=4),
     )
     def test_inline(
         self,
@@ -70,7 +70,7 @@ class TestEveryTurnIsSentOrSummarised:
 
     @given(
         sizes=st.lists(st.integers(1, 120), min_size=1, max_size=15),
-        summary_lengths=st.lists(st.integers(0, 200), min_size=1, max_size=3),
+        summary_lengths=st.lists(st.integers(1, 200), min_size=1, max_size=3),
     )
     def test_in_the_background_once_flushed(
         self, impl: _backend.Implementation, sizes: list[int], summary_lengths: list[int]

@@ -202,17 +202,41 @@ def _select(
 def short_term_view(
     strategies: Sequence[ShortTermStrategy], state: ConversationState, count: CountTokens
 ) -> tuple[list[ModelMessage], int]:
-    """The history the short-term strategies send, summary first, and its tokens."""
+    """The history the short-term strategies send, summary first, and its tokens.
+
+    Pinned turns are sent whatever the strategies chose, in their place in time: those the
+    summary passed over first, then the chosen interactions with the pinned ones among them.
+    """
     kept = _select(strategies, state, count)
     history: list[ModelMessage] = []
     tokens = 0
     if state.summary is not None:
         history.append(summary_message(state.summary, state.summary_at))
         tokens += state.summary_tokens
+    if state.pinned_ids:
+        for record in state.folded_pins:
+            history.extend(state.folded_pin_messages(record))
+            tokens += record[3]
+        kept = _with_pins(state, kept)
     for interaction in kept:
         history.extend(interaction.messages)
         tokens += interaction.token_count(count)
     return history, tokens
+
+
+def _with_pins(state: ConversationState, kept: list[Interaction]) -> list[Interaction]:
+    """``kept`` with every retained pinned turn it lacks, in turn order."""
+    chosen = {interaction.index for interaction in kept}
+    interactions = _interactions(state)
+    first = state.summarized_turns
+    missing = [
+        interactions[turn_id - first]
+        for turn_id in state.pinned_ids
+        if turn_id >= first and turn_id not in chosen
+    ]
+    if not missing:
+        return kept
+    return sorted([*kept, *missing], key=lambda interaction: interaction.index)
 
 
 def _last_input_tokens(messages: Sequence[ModelMessage]) -> int | None:
@@ -247,7 +271,8 @@ class DensitySummarizer:
     density: at most ``cod_max_loops`` model calls, with its ``instructions``.
 
     Takes the memory's summarizer input (the previous summary as a leading turn marked
-    ``metadata={"summary": True}``, then the turns to fold).
+    ``metadata={"summary": True}``, a focus line as a turn marked ``{"focus": True}``, then
+    the turns to fold); the focus line joins the chain's instructions.
 
     Args:
         strategy: The strategy; its ``model`` is used.
@@ -258,40 +283,57 @@ class DensitySummarizer:
         self.strategy = strategy
         self.model = strategy.model if strategy.model is not None else model
 
-    def _split(self, turns: list[ConversationTurn]) -> tuple[str | None, str]:
+    def _split(
+        self, turns: list[ConversationTurn], focus: str | None
+    ) -> tuple[str | None, str | None, str]:
+        """The previous summary, the focus line and the turns to fold, as text."""
         previous = None
         if turns and turns[0].metadata.get("summary"):
             previous, turns = turns[0].assistant_response, turns[1:]
-        return previous, format_interactions(interactions_from_turns(turns))
+        if turns and turns[0].metadata.get("focus"):
+            focus, turns = focus or turns[0].user_prompt, turns[1:]
+        return previous, focus, format_interactions(interactions_from_turns(turns))
 
-    def __call__(self, turns: list[ConversationTurn]) -> str:
+    @property
+    def model_name(self) -> str:
+        """The model's name, as a failure is reported."""
+        model = self.model
+        return model if isinstance(model, str) else str(getattr(model, "model_name", model))
+
+    def __call__(self, turns: list[ConversationTurn], *, focus: str | None = None) -> str:
         try:
             asyncio.get_running_loop()
         except RuntimeError:
-            return self._summarize(turns)
+            return self._summarize(turns, focus)
         # A blocking call made on an event loop's thread (sync add_turn in async code): the
         # model's run needs a loop of its own, so it runs on a fresh one in a worker thread
         # (asyncio.run closes it again).
         with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-            return pool.submit(lambda: asyncio.run(self.async_summarize(turns))).result()
+            return pool.submit(
+                lambda: asyncio.run(self.async_summarize(turns, focus=focus))
+            ).result()
 
-    def _summarize(self, turns: list[ConversationTurn]) -> str:
-        previous, text = self._split(turns)
+    def _summarize(self, turns: list[ConversationTurn], focus: str | None) -> str:
+        previous, focus, text = self._split(turns, focus)
         return chain_of_density_summary(
             self.model,
             text,
             previous,
             max_loops=self.strategy.cod_max_loops,
             instructions=self.strategy.instructions,
+            focus=focus,
         )
 
-    async def async_summarize(self, turns: list[ConversationTurn]) -> str:
+    async def async_summarize(
+        self, turns: list[ConversationTurn], *, focus: str | None = None
+    ) -> str:
         """The same summary, awaiting the model."""
-        previous, text = self._split(turns)
+        previous, focus, text = self._split(turns, focus)
         return await async_chain_of_density_summary(
             self.model,
             text,
             previous,
             max_loops=self.strategy.cod_max_loops,
             instructions=self.strategy.instructions,
+            focus=focus,
         )

@@ -17,7 +17,12 @@ import uuid
 from datetime import datetime
 
 from memlane.conversation.conversation_budget import BUDGET_KEY, ConversationBudget, budget_fields
-from memlane.conversation.conversation_state import ConversationState, Record, new_ledger
+from memlane.conversation.conversation_state import (
+    ConversationState,
+    Record,
+    is_pinned,
+    new_ledger,
+)
 from memlane.errors import CorruptStoreError
 from memlane.types import ConversationTurn, MemoryEntry, MemoryScope, turn_json, utc_now
 
@@ -204,6 +209,26 @@ def _event_turn_id(entry: MemoryEntry) -> int:
         raise CorruptStoreError(f"corrupt turn entry {entry.entry_id!r}: {exc}") from exc
 
 
+def pin_entry(turn_id: int, seq: int) -> MemoryEntry:
+    """The log event that pins turn ``turn_id`` at sequence number ``seq`` (a turn added
+    pinned carries the flag in its own event's metadata instead)."""
+    return MemoryEntry.model_construct(
+        entry_id=uuid.uuid4().hex,
+        scope=MemoryScope.CONVERSATION,
+        key=log_key(seq),
+        content={"turn_id": turn_id},
+        metadata={"kind": "pin"},
+        created_at=utc_now(),
+        expires_at=None,
+        importance=0.5,
+        version=0,
+    )
+
+
+def _pinned_record(record: Record) -> Record:
+    return (*record[:5], {**(record[5] or {}), "pinned": True}, record[6])
+
+
 def clear_entry(seq: int) -> MemoryEntry:
     """The log event that clears a conversation at sequence number ``seq``.
 
@@ -272,6 +297,11 @@ def apply_event(state: ConversationState, entry: MemoryEntry) -> bool:
         state.summarized_turns = summarized
         state.summary_entry_id = entry.entry_id
         state.set_summary(text, tokens, at)
+    elif kind == "pin":
+        index = _event_turn_id(entry) - state.summarized_turns
+        if not 0 <= index < len(state.records):
+            return False
+        state.pin(index)
     else:
         return False
     state.head = seq + 1
@@ -321,6 +351,7 @@ def restore(entries: list[MemoryEntry], max_tokens: int) -> tuple[ConversationSt
         legacy_turns, legacy_summary = [], None
     summaries = [entry for _, entry in events if entry.metadata.get("kind") == "summary"]
     leftovers.extend(entry.entry_id for entry in summaries[:-1])
+    pinned = {_event_turn_id(entry) for _, entry in events if entry.metadata.get("kind") == "pin"}
 
     # Turns the layout before the log kept, numbered after its summary, minus those it
     # named as replaced.
@@ -350,9 +381,16 @@ def restore(entries: list[MemoryEntry], max_tokens: int) -> tuple[ConversationSt
         state.set_summary(text, tokens, at)
     for turn_id, entry in candidates:
         if turn_id < state.summarized_turns:
-            leftovers.append(entry.entry_id)
+            record = _record(turn_id, entry)
+            if turn_id in pinned or is_pinned(record):  # a summary passes a pin over
+                state.add_folded_pin(_pinned_record(record))
+            else:
+                leftovers.append(entry.entry_id)
         else:
             # Log order is the truth when several processes append: number by it.
-            state.append_record(_record(state.next_turn_id, entry), entry.entry_id, None)
+            record = _record(state.next_turn_id, entry)
+            if turn_id in pinned:
+                record = _pinned_record(record)
+            state.append_record(record, entry.entry_id, None)
     state.head = head
     return state, leftovers

@@ -34,7 +34,9 @@ from memlane._runner import (
     sync_method,
 )
 from memlane._validate import check_positive_int, check_str, check_ttl
+from memlane.conversation import extraction_jobs as extraction_plans
 from memlane.conversation import history_reads as reads
+from memlane.conversation import summary_controls as controls
 from memlane.conversation.conversation_budget import ConversationBudget
 from memlane.conversation.conversation_cache import check_cid
 from memlane.conversation.conversation_log import namespace
@@ -90,7 +92,9 @@ class ConversationMemory:
             this and a ``summarizer`` is set, the oldest turns are folded into the summary
             until the total is back under it. ``None`` (the default):
             ``min(3072, max_tokens * 3 // 4)``, the documented 3072 where the budget allows
-            it. With a summarizer the summary gets the rest of the budget
+            it, and at most ``max_tokens - 16`` so that it is valid with any budget. While
+            a failing summarizer is backed off the oldest turns wait outside the history
+            (see :meth:`summary_status`). With a summarizer the summary gets the rest of the budget
             (``max_tokens - summarize_threshold`` tokens; a longer one is cut), so every
             turn is either in the history sent or folded into the summary: a turn that no
             longer fits the history beside the summary is folded in too. It must then be
@@ -224,6 +228,7 @@ class ConversationMemory:
         raw_messages: list[ModelMessage] | None = None,
         *,
         metadata: dict[str, Any] | None = None,
+        pinned: bool = False,
     ) -> Step[ConversationTurn]:
         """Appends a turn (creating the conversation if needed) and keeps the budget.
 
@@ -234,12 +239,15 @@ class ConversationMemory:
             raw_messages: The turn's pydantic-ai messages (tool calls included); built from
                 the two strings when omitted or empty.
             metadata: Free-form annotations stored with the turn.
+            pinned: Never summarise the turn away nor trim it from the history (see
+                :meth:`pin_turn`); kept as ``metadata["pinned"] = True``.
 
         Returns:
             The stored turn, with its ``turn_id`` and ``token_estimate``.
 
         Raises:
             TypeError: An argument of the wrong type (nothing is stored).
+            ValueError: A pinned turn the pins could not hold within the budget.
             UnstorableValueError: ``metadata`` cannot be persisted (nothing is stored).
         """
         # Validated and counted here, before the plan takes the lock: counting is the costly
@@ -254,17 +262,15 @@ class ConversationMemory:
             if raw_messages is None or (isinstance(raw_messages, list | tuple) and not raw_messages)
             else check_messages(raw_messages)
         )
-        new = NewTurn(
-            cid,
-            prompt,
-            response,
-            messages,
-            check_metadata(metadata, persistent=conversations.persistent),
-            self._reads.counter.count_turn(prompt, response, messages),
-        )
+        meta = check_metadata(metadata, persistent=conversations.persistent)
+        if check_flag(pinned, "pinned"):
+            meta = {**(meta or {}), "pinned": True}
+        pinned = meta is not None and meta.get("pinned") is True
+        tokens = self._reads.counter.count_turn(prompt, response, messages)
+        new = NewTurn(cid, prompt, response, messages, meta, tokens)
         if conversations.read_only:
             raise read_only_error(self.store)
-        if conversations.is_the_store and not self._summaries.follows_turn:
+        if conversations.is_the_store and not self._summaries.follows_turn and not pinned:
             turn = add_turn_now(conversations, new)
             if turn is not None:
                 return Done(turn)
@@ -274,6 +280,15 @@ class ConversationMemory:
     add_turn = sync_method(_add_turn, summarizer=_summarizer_of)
     async_add_turn = async_method(_add_turn, summarizer=_summarizer_of)
     del _add_turn
+
+    # ------------------------------------------------------------------ summaries and pins
+
+    pin_turn = sync_method(controls.pin_turn)
+    async_pin_turn = async_method(controls.pin_turn)
+    summarize_now = sync_method(controls.summarize_now, summarizer=_summarizer_of)
+    async_summarize_now = async_method(controls.summarize_now, summarizer=_summarizer_of)
+    summary_status = sync_method(controls.summary_status)
+    async_summary_status = async_method(controls.summary_status)
 
     # ------------------------------------------------------------------ reading
 
@@ -378,6 +393,7 @@ class ConversationMemory:
         cid = check_cid(conversation_id)
         yield from self._conversations.locked(cid)
         yield from self._conversations.clear_plan(cid)
+        self._summaries.backoff.forget(cid)
 
     clear = sync_method(_clear)
     async_clear = async_method(_clear)
@@ -449,30 +465,8 @@ class ConversationMemory:
     async_import_conversation = async_method(_import_conversation)
     del _import_conversation
 
-    def _extract_facts(self, conversation_id: str) -> Plan[None]:
-        """Hands every turn the fact extractor has not seen yet, those still in the history
-        included, to a background job that merges what it finds into long-term memory.
-
-        What the end of an episode calls (a :class:`~memlane.agents.MemoryAgent` recording
-        episodes does, after each run), so facts stated in a run's last turns do not wait for
-        those turns to leave the budget. A turn goes to the extractor once per process, by this
-        or by leaving the history. Returns at once; :meth:`flush` waits for the job.
-
-        Raises:
-            ValueError: The memory has no ``fact_extractor``.
-            ConversationNotFoundError: An unknown ``conversation_id``.
-        """
-        cid = check_cid(conversation_id)
-        extraction = self._summaries.extraction
-        if extraction is None:
-            raise ValueError("extract_facts needs a fact_extractor (see FactExtractor.from_config)")
-        yield from self._conversations.locked(cid)
-        state = yield from self._conversations.existing_plan(cid)
-        yield from extraction.extract_plan(cid, state, state.next_turn_id)
-
-    extract_facts = sync_method(_extract_facts)
-    async_extract_facts = async_method(_extract_facts)
-    del _extract_facts
+    extract_facts = sync_method(extraction_plans.extract_facts)
+    async_extract_facts = async_method(extraction_plans.extract_facts)
 
     # ------------------------------------------------------------------ background jobs
 

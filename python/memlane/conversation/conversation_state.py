@@ -6,6 +6,7 @@ How it is kept in a store, as a log of events, is :mod:`memlane.conversation.con
 
 from __future__ import annotations
 
+from bisect import insort
 from collections import deque
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -44,6 +45,13 @@ def new_ledger(max_tokens: int) -> BudgetLedger:
     return _backend.active.BudgetLedger(max_tokens)
 
 
+def is_pinned(record: Record) -> bool:
+    """Whether a retained turn is pinned: kept as ``metadata["pinned"] = True``, so the
+    store's log, the transcript and a snapshot keep the flag with the turn."""
+    metadata = record[5]
+    return metadata is not None and metadata.get("pinned") is True
+
+
 def _unpack(record: Record) -> list[ModelMessage]:
     payload = record[6]
     if payload is None:
@@ -58,6 +66,12 @@ class ConversationState:
     always the ledger's window: the history is read from it without touching older turns.
     An entry is ``None`` until it is first read, then decoded from its record: the messages
     of a turn given as strings are not built (nor pydantic-ai imported) before anyone asks.
+
+    Pinned turns are never trimmed from the history nor summarised away. The ledger counts
+    each as 0 tokens and reserves their tokens beside the summary's, so the window of the
+    other turns fits what they leave; a pinned turn older than the window is sent between
+    the summary and the window. One that a summary passed over (it folds a run of the oldest
+    turns) is kept in :attr:`folded_pins`, and stays in the store.
     """
 
     __slots__ = (
@@ -68,15 +82,19 @@ class ConversationState:
         "flat",
         "flat_from",
         "flat_sizes",
+        "folded_pins",
         "generation",
         "head",
         "ledger",
+        "pinned_ids",
+        "pinned_tokens",
         "records",
         "strategy_cache",
         "summarized_turns",
         "summary",
         "summary_at",
         "summary_entry_id",
+        "summary_sent",
         "summary_tokens",
         "window",
         "window_from",
@@ -102,6 +120,10 @@ class ConversationState:
         self.summarized_turns = 0  # how many turns the summary covers
         self.summary_at: datetime = utc_now()
         self.summary_entry_id: str | None = None  # the stored summary, once there is one
+        self.summary_sent = False  # whether the summary fits the budget beside the pins
+        self.pinned_ids: list[int] = []  # ids of the pinned turns, ascending
+        self.pinned_tokens = 0  # their tokens, reserved in the ledger
+        self.folded_pins: list[Record] = []  # pinned turns older than the summary
         self.head = 0  # the next log sequence number (persistent stores)
         self.extracted_upto = 0  # turns below this id went to the fact extractor
         # Unix seconds after which the conversation is idle past its ttl, as far as this
@@ -121,6 +143,23 @@ class ConversationState:
     @property
     def next_turn_id(self) -> int:
         return self.summarized_turns + len(self.records)
+
+    @property
+    def total_tokens(self) -> int:
+        """Tokens of every turn kept: retained and pinned (the ledger counts pins as 0)."""
+        return int(self.ledger.total) + self.pinned_tokens
+
+    def _reserve(self) -> None:
+        """Reserves the summary's and the pins' room in the ledger: the pins' always (they
+        never leave the prompt), the summary's while both fit."""
+        pins = self.pinned_tokens
+        ledger = self.ledger
+        self.summary_sent = self.summary is not None and bool(
+            ledger.set_summary_tokens(self.summary_tokens + pins)
+        )
+        if not self.summary_sent:
+            ledger.set_summary_tokens(pins)
+        self._sync_window()
 
     def _sync_window(self) -> None:
         start = self.ledger.window_start
@@ -149,9 +188,48 @@ class ConversationState:
         """Adds the newest turn; ``messages`` are its live objects if the caller has them."""
         self.records.append(record)
         self.entry_ids.append(entry_id)
-        self.ledger.push(record[3])
         self.window.append(messages)
+        if is_pinned(record):
+            self.ledger.push(0)
+            self._add_pin(record)
+            self._reserve()
+        else:
+            self.ledger.push(record[3])
         self._sync_window()
+
+    def _add_pin(self, record: Record) -> None:
+        insort(self.pinned_ids, record[0])
+        self.pinned_tokens += record[3]
+
+    def add_folded_pin(self, record: Record) -> None:
+        """Keeps a pinned turn older than the summary (a restored or imported one)."""
+        self.folded_pins.append(record)
+        self.folded_pins.sort(key=lambda kept: kept[0])
+        self._add_pin(record)
+        self._reserve()
+
+    def pin(self, index: int) -> None:
+        """Pins the retained turn at ``index``: its tokens move from the ledger's window to
+        the room reserved beside the summary, so the ledger is made again (pins are rare)."""
+        record = self.records[index]
+        if is_pinned(record):
+            return
+        record = (*record[:5], {**(record[5] or {}), "pinned": True}, record[6])
+        self.records[index] = record
+        self._add_pin(record)
+        ledger = new_ledger(int(self.ledger.max_tokens))
+        for kept in self.records:
+            ledger.push(0 if is_pinned(kept) else kept[3])
+        self.ledger = ledger
+        start, end = int(ledger.window_start), int(ledger.end)
+        # The records of the turns in the window hold their live messages, if any.
+        self.window = deque(
+            payload if isinstance(payload, list) else None
+            for payload in (self.records[i][6] for i in range(start, end))
+        )
+        self.window_from = start
+        self.flat, self.flat_sizes, self.flat_from = [], deque(), start
+        self._reserve()
 
     def append(self, turn: ConversationTurn, entry_id: str, *, default_messages: bool) -> None:
         """Adds the newest turn.
@@ -174,10 +252,16 @@ class ConversationState:
         self.append_record(record, entry_id, messages)
 
     def evict(self, count: int) -> list[str]:
-        """Drops the ``count`` oldest turns; returns their store entry ids."""
-        evicted = [self.entry_ids.popleft() for _ in range(count)]
+        """Drops the ``count`` oldest turns; returns their store entry ids. Pinned ones among
+        them move to :attr:`folded_pins`, and their entries stay."""
+        evicted: list[str] = []
         for _ in range(count):
-            self.records.popleft()
+            entry_id = self.entry_ids.popleft()
+            record = self.records.popleft()
+            if is_pinned(record):
+                self.folded_pins.append(record)
+            else:
+                evicted.append(entry_id)
         self.ledger.pop_front(count)
         self._sync_window()
         return evicted
@@ -188,8 +272,7 @@ class ConversationState:
         self.summary = text
         self.summary_tokens = tokens
         self.summary_at = at
-        self.ledger.set_summary_tokens(tokens)
-        self._sync_window()
+        self._reserve()
 
     def _windowed(self, index: int) -> list[ModelMessage] | None:
         """The live messages of the retained turn at ``index``, if it has them yet."""
@@ -232,12 +315,43 @@ class ConversationState:
         """Every retained turn, oldest first."""
         return [self.turn(i) for i in range(len(self.records))]
 
+    def folded_pin_turns(self) -> list[ConversationTurn]:
+        """The pinned turns older than the summary, oldest first."""
+        return [record_turn(record) for record in self.folded_pins]
+
+    def kept_turns(self) -> list[ConversationTurn]:
+        """Every turn the conversation keeps: pinned ones the summary passed over, then the
+        retained ones."""
+        return [*self.folded_pin_turns(), *self.turns()]
+
+    @staticmethod
+    def folded_pin_messages(record: Record) -> list[ModelMessage]:
+        """The messages of a pinned turn the summary passed over."""
+        return _unpack(record)
+
+    def pinned_outside_window(self) -> list[list[ModelMessage]]:
+        """The messages of the pinned turns older than the window, oldest first."""
+        found = [_unpack(record) for record in self.folded_pins]
+        first_in_window = self.first_in_history
+        first = self.summarized_turns
+        found.extend(
+            self.messages(turn_id - first)
+            for turn_id in self.pinned_ids
+            if first <= turn_id < first_in_window
+        )
+        return found
+
     def history(self) -> list[ModelMessage]:
-        """Summary message first (while it fits), then the window's messages."""
+        """Summary message first (while it fits), then the pinned turns older than the
+        window, then the window's messages."""
         flat = self._window_messages()
-        if self.summary is not None and self.ledger.reserved:
-            return [summary_message(self.summary, self.summary_at), *flat]
-        return flat.copy()
+        head: list[ModelMessage] = []
+        if self.summary_sent and self.summary is not None:
+            head.append(summary_message(self.summary, self.summary_at))
+        if self.pinned_ids:
+            for messages in self.pinned_outside_window():
+                head.extend(messages)
+        return [*head, *flat] if head else flat.copy()
 
     def _window_messages(self) -> list[ModelMessage]:
         """:attr:`flat` brought up to the window: turns that left it dropped, new ones added.
@@ -275,3 +389,30 @@ class ConversationState:
     def history_tokens(self) -> int:
         """Estimated tokens of :meth:`history`."""
         return int(self.ledger.window_tokens) + int(self.ledger.reserved)
+
+
+def record_turn(record: Record) -> ConversationTurn:
+    """A record as a :class:`ConversationTurn` (its messages decoded)."""
+    turn_id, prompt, response, tokens, at, metadata, _ = record
+    return new_turn(
+        turn_id=turn_id,
+        user_prompt=prompt,
+        assistant_response=response,
+        raw_messages=_unpack(record),
+        timestamp=at,
+        token_estimate=tokens,
+        metadata=dict(metadata) if metadata else {},
+    )
+
+
+def pinned_record(turn: ConversationTurn) -> Record:
+    """A pinned turn older than the summary as its state keeps it (messages frozen)."""
+    return (
+        turn.turn_id,
+        turn.user_prompt,
+        turn.assistant_response,
+        turn.token_estimate,
+        turn.timestamp,
+        {**turn.metadata, "pinned": True},
+        freeze_messages(turn.raw_messages),
+    )

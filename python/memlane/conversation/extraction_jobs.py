@@ -4,12 +4,16 @@ the background, and the facts it finds are merged into long-term memory."""
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memlane._runner import Call, Plan, Spawn
 from memlane.conversation.background_jobs import BackgroundJobs
+from memlane.conversation.conversation_cache import check_cid
 from memlane.conversation.conversation_state import ConversationState
 from memlane.types import ConversationTurn
+
+if TYPE_CHECKING:
+    from memlane.conversation.conversation_memory import ConversationMemory
 
 logger = logging.getLogger("memlane")
 
@@ -75,3 +79,30 @@ class FactExtraction:
             )
         except Exception:  # noqa: BLE001  # nobody awaits a background job: say what failed
             logger.warning("memlane: fact extraction from %r failed", cid, exc_info=True)
+
+
+def extract_facts(memory: ConversationMemory, conversation_id: str) -> Plan[None]:
+    """Hands every turn the fact extractor has not seen yet, those still in the history
+    included, to a background job that merges what it finds into long-term memory.
+
+    What the end of an episode calls (a :class:`~memlane.agents.MemoryAgent` recording
+    episodes does, after each run), so facts stated in a run's last turns do not wait for
+    those turns to leave the budget. A turn goes to the extractor once per process, by this
+    or by leaving the history. Returns at once; :meth:`flush` waits for the job.
+
+    Raises:
+        ValueError: The memory has no ``fact_extractor``.
+        ConversationNotFoundError: An unknown ``conversation_id``.
+    """
+    cid = check_cid(conversation_id)
+    extraction = memory._summaries.extraction
+    if extraction is None:
+        raise ValueError("extract_facts needs a fact_extractor (see FactExtractor.from_config)")
+    yield from memory._conversations.locked(cid)
+    state = yield from memory._conversations.existing_plan(cid)
+    yield from extraction.extract_plan(cid, state, state.next_turn_id)
+
+
+# The public pair is named after the plan method it would be on ConversationMemory.
+extract_facts.__qualname__ = "ConversationMemory._extract_facts"
+extract_facts.__name__ = "_extract_facts"

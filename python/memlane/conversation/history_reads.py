@@ -100,13 +100,16 @@ def get_history_tokens(reads: HistoryReads, state: ConversationState | None) -> 
 
 
 def get_turns(reads: HistoryReads, state: ConversationState | None) -> list[ConversationTurn]:
-    """Retained turns (not yet summarised or erased), oldest first."""
-    return [] if state is None else state.turns()
+    """Retained turns (not yet summarised or erased) and pinned ones, oldest first."""
+    if state is None:
+        return []
+    return state.kept_turns() if state.folded_pins else state.turns()
 
 
 def get_total_tokens(reads: HistoryReads, state: ConversationState | None) -> int:
-    """Sum of the token estimates of the retained turns (the summary excluded)."""
-    return 0 if state is None else int(state.ledger.total)
+    """Sum of the token estimates of the turns :meth:`get_turns` returns (the summary
+    excluded)."""
+    return 0 if state is None else state.total_tokens
 
 
 def get_summary(reads: HistoryReads, state: ConversationState | None) -> str | None:

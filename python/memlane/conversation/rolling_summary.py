@@ -20,8 +20,9 @@ from memlane.conversation.conversation_log import (
     transcript_entry,
     transcript_namespace,
 )
-from memlane.conversation.conversation_state import ConversationState
+from memlane.conversation.conversation_state import ConversationState, is_pinned
 from memlane.conversation.extraction_jobs import FactExtraction
+from memlane.conversation.summary_backoff import SummaryBackoff, SummaryStatus
 from memlane.messages import SUMMARY_PREFIX
 from memlane.tokens import TokenEstimator
 from memlane.types import ConversationTurn, utc_now
@@ -40,9 +41,21 @@ _SUMMARY_ROUNDS = 3
 _ELLIPSIS = " …"
 
 
+def summary_room(max_tokens: int) -> int:
+    """The fewest tokens a summary must be left in a budget of ``max_tokens``:
+    :data:`MIN_SUMMARY_ROOM`, or all but one token of a budget too small for that."""
+    return max(1, min(MIN_SUMMARY_ROOM, max_tokens - 1))
+
+
 def default_threshold(max_tokens: int) -> int:
-    """``min(3072, max_tokens * 3 // 4)``: the rest of the budget is the summary's."""
-    return max(1, min(DEFAULT_SUMMARIZE_THRESHOLD, max_tokens * 3 // 4))
+    """``min(3072, max_tokens * 3 // 4)``, clamped so that the summary keeps its room
+    (:func:`summary_room`): the default is valid for every budget."""
+    return max(
+        1,
+        min(
+            DEFAULT_SUMMARIZE_THRESHOLD, max_tokens * 3 // 4, max_tokens - summary_room(max_tokens)
+        ),
+    )
 
 
 def check_summary_room(max_tokens: int, threshold: int) -> None:
@@ -52,16 +65,16 @@ def check_summary_room(max_tokens: int, threshold: int) -> None:
     sent: a threshold at (or near) the budget would leave turns neither sent nor summarised.
 
     Raises:
-        ValueError: Fewer than :data:`MIN_SUMMARY_ROOM` tokens left; the message names both
-            values and the default that would fit.
+        ValueError: Fewer than :func:`summary_room` tokens left; the message names both
+            values and a threshold that works (the default).
     """
-    if max_tokens - threshold < MIN_SUMMARY_ROOM:
+    room = summary_room(max_tokens)
+    if max_tokens - threshold < room:
         raise ValueError(
             f"summarize_threshold={threshold} leaves the summary {max_tokens - threshold} of "
             f"max_tokens={max_tokens} tokens; with a summarizer it must be at most "
-            f"max_tokens - {MIN_SUMMARY_ROOM} (the default, "
-            f"min({DEFAULT_SUMMARIZE_THRESHOLD}, max_tokens * 3 // 4), would be "
-            f"{default_threshold(max_tokens)})"
+            f"{max_tokens - room} (max_tokens - {room}), e.g. "
+            f"summarize_threshold={default_threshold(max_tokens)}, the default"
         )
 
 
@@ -95,6 +108,7 @@ class RollingSummaries:
         "_max_tokens",
         "_retain_transcript",
         "_threshold",
+        "backoff",
         "extraction",
         "follows_turn",
         "strategy",
@@ -127,6 +141,7 @@ class RollingSummaries:
         self._background = background
         self._jobs = jobs
         self.extraction = extraction
+        self.backoff = SummaryBackoff()
         # Whether anything follows a new turn: without, adding one is pure bookkeeping.
         self.follows_turn = summarizer is not None or strategy is not None or extraction is not None
 
@@ -137,6 +152,8 @@ class RollingSummaries:
         if self.extraction is not None:
             yield from self.extraction.extract_plan(cid, state, state.first_in_history)
         if self.eviction_count(state):
+            if self._calls_summarizer and not self.backoff.ready(cid, state.summarized_turns):
+                return  # backed off: the history keeps the budget by leaving the oldest out
             if self._background:
                 jobs = self._jobs.summaries
                 if cid not in jobs:  # at most one in flight per conversation
@@ -161,18 +178,55 @@ class RollingSummaries:
             return 0
         records = state.records
         count = 0
-        # The conversation's own threshold, kept with it since it was created.
-        threshold = self._conversations.budget_of(state).summarize_threshold or self._threshold
-        if state.ledger.total > threshold:
-            excess = state.ledger.total - threshold
+        threshold = self.threshold_of(state)
+        total = state.total_tokens
+        if total > threshold:
+            excess = total - threshold
             freed = 0
             while freed < excess and count < len(records) - 1:
-                freed += records[count][3]
+                if not is_pinned(records[count]):  # a pin is passed over, not freed
+                    freed += records[count][3]
                 count += 1
         unsent = state.first_in_history - state.summarized_turns
         return max(count, unsent)
 
-    def summary_input(self, state: ConversationState, count: int) -> list[ConversationTurn]:
+    def threshold_of(self, state: ConversationState) -> int:
+        """The conversation's own threshold, kept with it since it was created."""
+        return self._conversations.budget_of(state).summarize_threshold or self._threshold
+
+    def pin_room(self, state: ConversationState) -> int:
+        """The most tokens the pinned turns of a conversation may take: with a summarizer
+        its threshold (the summary keeps the rest of the budget), else its whole budget."""
+        if self.summarizer is None and self.strategy is None:
+            return self._conversations.budget_of(state).max_tokens
+        return self.threshold_of(state)
+
+    def budget_text(self, state: ConversationState) -> str:
+        """The budget the pins' room comes from, as an error names it."""
+        budget = self._conversations.budget_of(state)
+        if self.summarizer is None and self.strategy is None:
+            return f"max_tokens={budget.max_tokens}"
+        return (
+            f"max_tokens={budget.max_tokens} less the summary's room above "
+            f"summarize_threshold={self.threshold_of(state)}"
+        )
+
+    def fold_all_count(self, state: ConversationState) -> int:
+        """How many of the oldest turns :meth:`summarize_now_plan` folds: all but the
+        interactions a summarizer strategy keeps (``interaction_keep``)."""
+        keep = getattr(self.strategy, "interaction_keep", 0)
+        return max(0, len(state.records) - keep)
+
+    @property
+    def _calls_summarizer(self) -> bool:
+        return self.summarizer is not None and not self._erases
+
+    def summary_input(
+        self, state: ConversationState, count: int, focus: str | None = None
+    ) -> list[ConversationTurn]:
+        """What the summarizer is given to fold the ``count`` oldest turns: the previous
+        summary (a leading turn marked ``{"summary": True}``), the focus line (a turn marked
+        ``{"focus": True}`` whose ``user_prompt`` it is), then those turns, pins left out."""
         turns: list[ConversationTurn] = []
         if state.summary is not None:
             turns.append(
@@ -185,7 +239,14 @@ class RollingSummaries:
                     metadata={"summary": True},
                 )
             )
-        turns.extend(state.turn(i) for i in range(count))
+        if focus:
+            turns.append(
+                ConversationTurn(
+                    turn_id=0, user_prompt=focus, assistant_response="", metadata={"focus": True}
+                )
+            )
+        records = state.records
+        turns.extend(state.turn(i) for i in range(count) if not is_pinned(records[i]))
         return turns
 
     def _background_plan(self, cid: str) -> Plan[None]:
@@ -199,7 +260,9 @@ class RollingSummaries:
             # after this sees no job in flight and starts one.
             self._jobs.summaries.pop(cid, None)
 
-    def summarize_plan(self, cid: str, *, background: bool) -> Plan[None]:
+    def summarize_plan(
+        self, cid: str, *, background: bool, now: bool = False, focus: str | None = None
+    ) -> Plan[str | None]:
         """Folds the oldest turns into the summary while the retained turns exceed the threshold.
 
         Inline, the caller holds the conversation's lock throughout. In the background the
@@ -209,39 +272,69 @@ class RollingSummaries:
         since its turns were read (another host's, on a shared store); otherwise it is
         discarded and, if the conversation is still over its threshold, made again from the
         new state.
+
+        A summarizer that fails (raises, or answers an empty text) loses no turn: it is
+        reported in one line and the conversation is backed off (see
+        :class:`~memlane.conversation.summary_backoff.SummaryBackoff`). ``now``: fold every
+        turn but those kept (:meth:`fold_all_count`) once, with ``focus``, and raise a
+        failure instead. Returns the summary committed last (``None``: none).
         """
         lock: HybridLock | None = None
         stale = 0
+        committed: str | None = None
         while stale < _SUMMARY_ROUNDS:
             if background and lock is None:
                 lock = yield from self._conversations.locked(cid)
             state = yield from self._conversations.coherent_plan(cid, create=False)
-            count = 0 if state is None else self.eviction_count(state)
-            if state is None or not count:
-                return
-            turns = self.summary_input(state, count)
+            if state is None:
+                return committed
+            count = self.fold_all_count(state) if now else self.eviction_count(state)
+            if not count:
+                return committed
+            turns = self.summary_input(state, count, focus)
+            folds = any(not is_pinned(state.records[i]) for i in range(count))
             basis = (state, state.summarized_turns, tuple(state.entry_ids)[:count])
             if lock is not None:
                 yield Release(lock)
                 lock = None
             summary: str | None = None  # a neuralyzer erases: no summary
             if not self._erases:
+                # Only pins to pass over: nothing to summarise, the summary stays.
+                summary = state.summary
+            if self._calls_summarizer and folds:
                 try:
                     summary = yield Summarize(turns)
-                except Exception:  # noqa: BLE001  # a failing summarizer must never lose a turn
-                    logger.warning(
-                        "memlane: summarizer failed; turns kept unsummarised", exc_info=True
-                    )
-                    return
-                if not isinstance(summary, str):
-                    raise TypeError(f"summarizer must return str, not {type(summary).__name__}")
+                    if not isinstance(summary, str):
+                        raise TypeError(f"summarizer must return str, not {type(summary).__name__}")
+                    if not summary.strip():
+                        raise ValueError("the summarizer returned an empty summary")
+                except Exception as exc:
+                    # A failing summarizer must never lose a turn, nor be retried every turn.
+                    waiting = state.first_in_history - state.summarized_turns
+                    self.backoff.failed(cid, basis[1], exc, self.summarizer, max(count, waiting))
+                    if now:
+                        raise
+                    return committed
             if background:
                 lock = yield from self._conversations.locked(cid)
-            if not (yield from self.commit_plan(cid, basis, count, summary)):
+            if (yield from self.commit_plan(cid, basis, count, summary)):
+                self.backoff.succeeded(cid)
+                committed = summary
+                if now:
+                    return committed
+            else:
                 stale += 1
             # Again while anything is left to fold: a longer summary leaves the history less
             # room, and in the background turns added while the summarizer ran may exceed
             # the threshold. Each round folds at least one turn, so the loop ends.
+        return committed
+
+    def status_plan(self, cid: str) -> Plan[SummaryStatus]:
+        """How the summary of ``cid`` stands on this host (see :class:`SummaryStatus`)."""
+        state = yield from self._conversations.existing_plan(cid)
+        pending = self.eviction_count(state)
+        running = cid in self._jobs.summaries
+        return self.backoff.status(cid, state.summarized_turns, pending, running)
 
     def commit_plan(
         self,

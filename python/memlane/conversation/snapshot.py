@@ -24,25 +24,27 @@ def export_snapshot(
     """The snapshot :meth:`ConversationMemory.export_conversation` returns; ``budget`` is
     the conversation's."""
     adapter = messages_adapter()
+
+    def turn_data(t: ConversationTurn) -> dict[str, Any]:
+        return {
+            "turn_id": t.turn_id,
+            "user_prompt": t.user_prompt,
+            "assistant_response": t.assistant_response,
+            "token_estimate": t.token_estimate,
+            "metadata": t.metadata,
+            "timestamp": t.timestamp.isoformat(),
+            "raw_messages": adapter.dump_python(t.raw_messages, mode="json"),
+        }
+
     return {
         "conversation_id": conversation_id,
         **budget_fields(budget),
-        "turns": [
-            {
-                "turn_id": t.turn_id,
-                "user_prompt": t.user_prompt,
-                "assistant_response": t.assistant_response,
-                "token_estimate": t.token_estimate,
-                "metadata": t.metadata,
-                "timestamp": t.timestamp.isoformat(),
-                "raw_messages": adapter.dump_python(t.raw_messages, mode="json"),
-            }
-            for t in state.turns()
-        ],
+        "turns": [turn_data(t) for t in state.turns()],
+        "pinned_turns": [turn_data(t) for t in state.folded_pin_turns()],
         "summary": state.summary,
         "summary_created_at": state.summary_at.isoformat() if state.summary is not None else None,
         "summarized_turns": state.summarized_turns,
-        "total_tokens": int(state.ledger.total),
+        "total_tokens": state.total_tokens,
     }
 
 
@@ -57,6 +59,8 @@ class ParsedSnapshot:
     turns: list[tuple[ConversationTurn, bool]]
     budget: ConversationBudget | None = None
     """The budget the snapshot carries (``None``: exported before budgets were kept)."""
+    pinned_turns: tuple[ConversationTurn, ...] = ()
+    """Pinned turns older than the summary (their ``turn_id`` below ``summarized_turns``)."""
 
     def target_id(self, conversation_id: str | None) -> str:
         """The id to import under: the caller's, else the snapshot's, else a new one."""
@@ -97,6 +101,7 @@ def parse_snapshot(data: object, estimator: TokenEstimator) -> ParsedSnapshot:
         _parse_turn(item, summarized + i, f"data['turns'][{i}]", estimator)
         for i, item in enumerate(turns_data)
     ]
+    pinned = _parse_pinned(data.get("pinned_turns", []), summarized, estimator)
     return ParsedSnapshot(
         conversation_id=source_id if isinstance(source_id, str) else None,
         summary=summary,
@@ -104,7 +109,33 @@ def parse_snapshot(data: object, estimator: TokenEstimator) -> ParsedSnapshot:
         summarized_turns=summarized,
         turns=turns,
         budget=budget,
+        pinned_turns=pinned,
     )
+
+
+def _parse_pinned(
+    items: object, summarized: int, estimator: TokenEstimator
+) -> tuple[ConversationTurn, ...]:
+    """The snapshot's pinned turns older than its summary, each with its own id."""
+    if not isinstance(items, list):
+        raise ValueError(f"data['pinned_turns'] must be a list, got {type(items).__name__}")
+    found: dict[int, ConversationTurn] = {}
+    for i, item in enumerate(items):
+        where = f"data['pinned_turns'][{i}]"
+        turn_id = item.get("turn_id") if isinstance(item, dict) else None
+        if (
+            isinstance(turn_id, bool)
+            or not isinstance(turn_id, int)
+            or not 0 <= turn_id < summarized
+        ):
+            raise ValueError(
+                f"{where}['turn_id'] must be an int below summarized_turns={summarized}, "
+                f"got {turn_id!r}"
+            )
+        turn, _ = _parse_turn(item, turn_id, where, estimator)
+        turn.metadata["pinned"] = True
+        found[turn_id] = turn
+    return tuple(found[turn_id] for turn_id in sorted(found))
 
 
 def _parse_turn(

@@ -31,9 +31,10 @@ from memlane.conversation.conversation_log import (
     transcript_namespace,
     turn_entry,
 )
-from memlane.conversation.conversation_state import ConversationState
+from memlane.conversation.conversation_state import ConversationState, pinned_record
 from memlane.conversation.rolling_summary import RollingSummaries
 from memlane.conversation.snapshot import ParsedSnapshot
+from memlane.conversation.summary_controls import check_pin_room
 from memlane.messages import message_texts
 from memlane.stores.protocol import dumps_json
 from memlane.tokens import TokenEstimator
@@ -130,6 +131,9 @@ def add_turn_plan(
     yield from conversations.locked(cid)
     state = yield from conversations.coherent_plan(cid, create=True)
     assert state is not None
+    pinned = new.metadata is not None and new.metadata.get("pinned") is True
+    if pinned:
+        check_pin_room(summaries, state, cid, "the new turn", new.tokens)
     if conversations.persistent:
         ns = namespace(cid)
         entry_id = uuid.uuid4().hex
@@ -142,6 +146,8 @@ def add_turn_plan(
             caught_up = yield from conversations.catch_up_plan(cid, state, create=True)
             assert caught_up is not None
             state = caught_up
+            if pinned:  # another host's pins count too
+                check_pin_room(summaries, state, cid, "the new turn", new.tokens)
         state.head += 1
     else:
         turn = next_turn(state, new)
@@ -211,12 +217,17 @@ def transcript_plan(conversations: ConversationCache, cid: str) -> Plan[list[Con
         transcript_namespace(cid), TRANSCRIPT_PREFIX, TRANSCRIPT_STOP
     )
     # Only the turns the conversation no longer keeps: the others come from the state.
-    gone = [
-        ConversationTurn.model_validate(e.content)
-        for e in entries
-        if int(e.key[len(TRANSCRIPT_PREFIX) :]) < state.summarized_turns  # type: ignore[index]  # a transcript key is never None
-    ]
-    return [*gone, *state.turns()]
+    gone = {
+        turn.turn_id: turn
+        for turn in (
+            ConversationTurn.model_validate(e.content)
+            for e in entries
+            if int(e.key[len(TRANSCRIPT_PREFIX) :]) < state.summarized_turns  # type: ignore[index]  # a transcript key is never None
+        )
+    }
+    if state.folded_pins:  # kept by the state even without retain_transcript
+        gone.update((turn.turn_id, turn) for turn in state.folded_pin_turns())
+    return [*(gone[turn_id] for turn_id in sorted(gone)), *state.turns()]
 
 
 def import_plan(
@@ -242,6 +253,9 @@ def import_plan(
         state.set_summary(text, tokens, at)
         events.append(summary_entry(text, tokens, snapshot.summarized_turns, at, head))
         state.summary_entry_id = events[0].entry_id
+    # Pinned turns older than the summary: events the log's restore keeps as such.
+    for pinned in snapshot.pinned_turns:
+        events.append(turn_entry(pinned, uuid.uuid4().hex, head + len(events)))
     ids = [uuid.uuid4().hex for _ in snapshot.turns]
     first = len(events)
     events.extend(
@@ -257,6 +271,8 @@ def import_plan(
         if len(events) > 1:
             yield SaveMany(namespace(cid), events[1:])
         state.head = head + len(events)
+    for pinned in snapshot.pinned_turns:
+        state.add_folded_pin(pinned_record(pinned))
     for (turn, given), entry_id in zip(snapshot.turns, ids, strict=True):
         state.append(turn, entry_id, default_messages=not given)
     yield from conversations.touch_plan(cid, state)

@@ -1,6 +1,10 @@
 """Chain-of-density summaries (Adams et al., 2023): a first summary, then loops that each add
 the salient facts it misses without making it longer, so it gets denser, not longer.
 
+Each loop asks for a structured :class:`DensityStep`, and takes plain text when the model
+answers that way instead (many local and small models do): the text is the summary of that
+loop. A loop costs one model call; a reply that is neither (an empty one) is a failure.
+
 The loop is written once, as a plan (:mod:`memlane._runner`) whose model calls are
 :class:`~memlane._runner.Call` operations: :func:`chain_of_density_summary` runs it with
 blocking model calls and :func:`async_chain_of_density_summary` awaits them.
@@ -100,6 +104,9 @@ def _source(interactions_text: str, previous_summary: str | None) -> str:
     return "\n\n".join(blocks)
 
 
+_TEXT_ANSWER = "(If you cannot fill missing_entities, answer with the summary alone.)"
+
+
 def _first_prompt(source: str, max_summary_tokens: int | None) -> str:
     length = (
         f"Use at most {max_summary_tokens} tokens."
@@ -108,7 +115,8 @@ def _first_prompt(source: str, max_summary_tokens: int | None) -> str:
     )
     return (
         f"{source}\n\nWrite a first summary of the previous summary (if any) and the "
-        f"conversation above. {length} Put the facts you included in missing_entities."
+        f"conversation above. {length} Put the facts you included in missing_entities. "
+        f"{_TEXT_ANSWER}"
     )
 
 
@@ -120,19 +128,31 @@ def _denser_prompt(source: str, summary: str, tokens: int) -> str:
         "include them while keeping everything it already says: fuse, compress and remove "
         f"uninformative phrases to make room. It must not grow: at most {tokens} tokens. "
         "If nothing salient is missing, return an empty missing_entities and the current "
-        "summary unchanged."
+        f"summary unchanged. {_TEXT_ANSWER}"
     )
 
 
-def _ask(agent: Agent[None, DensityStep], prompt: str) -> Call:
-    async def awaiting() -> DensityStep:
+Answer = DensityStep | str
+"""A loop's answer: the structured step, or the summary alone as text."""
+
+
+def _ask(agent: Agent[None, Answer], prompt: str) -> Call:
+    async def awaiting() -> Answer:
         return (await agent.run(prompt)).output
 
     return Call(lambda: agent.run_sync(prompt).output, awaiting)
 
 
+def _step(answer: Answer) -> tuple[str, bool]:
+    """A loop's summary, and whether it may still miss facts: a text answer does not say, so
+    the chain goes on while its loops change the summary."""
+    if isinstance(answer, str):
+        return answer.strip(), True
+    return answer.summary.strip(), bool(answer.missing_entities)
+
+
 def _density_plan(
-    agent: Agent[None, DensityStep],
+    agent: Agent[None, Answer],
     interactions_text: str,
     previous_summary: str | None,
     max_loops: int,
@@ -148,16 +168,15 @@ def _density_plan(
     if max_loops < 1:
         raise ValueError(f"max_loops must be >= 1, got {max_loops!r}")
     source = _source(interactions_text, previous_summary)
-    step: DensityStep = yield _ask(agent, _first_prompt(source, max_summary_tokens))
-    if not step.summary.strip():
-        raise ValueError("the summary model returned no summary")
-    summary = step.summary.strip()
+    summary, _ = _step((yield _ask(agent, _first_prompt(source, max_summary_tokens))))
+    if not summary:
+        raise ValueError("the summary model returned an empty summary")
     if max_summary_tokens is not None:
         summary = fit_tokens(summary, max_summary_tokens, estimator)
     tokens = estimator.estimate(summary)
     for loop in range(2, max_loops + 1):
         try:
-            step = yield _ask(agent, _denser_prompt(source, summary, tokens))
+            denser, missing = _step((yield _ask(agent, _denser_prompt(source, summary, tokens))))
         except Exception as exc:  # noqa: BLE001  # a later loop's failure keeps the summary so far
             logger.warning(
                 "memlane: chain-of-density loop %d failed (%s: %s); keeping the summary so far",
@@ -166,7 +185,6 @@ def _density_plan(
                 exc,
             )
             break
-        denser = step.summary.strip()
         denser_tokens = estimator.estimate(denser)
         if not denser or denser_tokens > tokens:
             logger.info(
@@ -176,17 +194,31 @@ def _density_plan(
                 tokens,
             )
             break
+        if denser == summary:
+            break
         summary, tokens = denser, denser_tokens
-        if not step.missing_entities:
+        if not missing:
             break
     return summary
 
 
-def _agent(model: Model | str, instructions: str | None) -> Agent[None, DensityStep]:
+def _agent(
+    model: Model | str, instructions: str | None, focus: str | None = None
+) -> Agent[None, Answer]:
     # A fresh agent per summary: nothing of the conversation's agent (tools, instructions,
     # history) leaks into it.
     text = COD_INSTRUCTIONS if not instructions else f"{COD_INSTRUCTIONS}\n\n{instructions}"
-    return Agent(model, output_type=DensityStep, instructions=text, name="memlane-chain-of-density")
+    if focus:
+        text = f"{text}\n\nFocus of this summary: {focus}"
+    # Text is an answer too, and no output retries: a model that cannot fill the structure
+    # costs one call per loop, not a retry per loop that fails the same way.
+    return Agent(
+        model,
+        output_type=[DensityStep, str],
+        instructions=text,
+        name="memlane-chain-of-density",
+        retries={"output": 0},
+    )
 
 
 def chain_of_density_summary(
@@ -198,6 +230,7 @@ def chain_of_density_summary(
     instructions: str | None = None,
     max_summary_tokens: int | None = None,
     estimator: TokenEstimator | None = None,
+    focus: str | None = None,
 ) -> str:
     """A chain-of-density summary of ``interactions_text`` (and the previous summary).
 
@@ -216,16 +249,18 @@ def chain_of_density_summary(
         max_summary_tokens: The longest the first summary may be (cut to it if longer);
             ``None``: no limit beyond the model's own.
         estimator: Counts summary tokens (default: an exact :class:`~memlane.TokenEstimator`).
+        focus: A line saying what the summary must keep above all ("the decisions about
+            invoices"), added to the instructions.
 
     Returns:
         The summary.
 
     Raises:
-        ValueError: ``max_loops`` < 1, or the first call returned no summary.
+        ValueError: ``max_loops`` < 1, or the first call returned an empty summary.
         Exception: Whatever the first model call raised.
     """
     plan = _density_plan(
-        _agent(model, instructions),
+        _agent(model, instructions, focus),
         interactions_text,
         previous_summary,
         max_loops,
@@ -244,13 +279,14 @@ async def async_chain_of_density_summary(
     instructions: str | None = None,
     max_summary_tokens: int | None = None,
     estimator: TokenEstimator | None = None,
+    focus: str | None = None,
 ) -> str:
     """Async :func:`chain_of_density_summary`: each model call is awaited on the running loop.
 
     Args and return as for :func:`chain_of_density_summary`.
     """
     plan = _density_plan(
-        _agent(model, instructions),
+        _agent(model, instructions, focus),
         interactions_text,
         previous_summary,
         max_loops,
