@@ -46,6 +46,9 @@ class Implementation:
     VectorIndex: type[_pure_vector_index.VectorIndex]
 
 
+VectorIndexType = _pure_vector_index.VectorIndex
+"""The type of either implementation's ``VectorIndex`` (the twin's, as mypy reads both)."""
+
 PYTHON = Implementation(
     name="python",
     Encoder=_pure_tokens.Encoder,

@@ -162,6 +162,9 @@ class MemoryTable:
         """Payloads of a namespace unexpired at ``now`` (Unix seconds), in insertion order."""
     def load_by_key(self, namespace: str, key: str, now: float) -> Any:
         """The payload holding ``key``, or ``None`` if there is none or it has expired."""
+    def load_by_id(self, namespace: str, entry_id: str, now: float) -> Any:
+        """The payload of ``entry_id`` in ``namespace``, or ``None`` if there is none or it
+        has expired."""
     def delete(self, namespace: str, entry_id: str) -> bool:
         """Removes an entry of this namespace.
 

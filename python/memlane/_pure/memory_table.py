@@ -95,6 +95,13 @@ class MemoryTable:
             slot = ns.slots[entry_id]
             return slot.payload if _live(slot.expires_at, now) else None
 
+    def load_by_id(self, namespace: str, entry_id: str, now: float) -> Any:
+        """The unexpired payload of ``entry_id`` in this namespace, or ``None``."""
+        with self._lock:
+            ns = self._namespaces.get(namespace)
+            slot = None if ns is None else ns.slots.get(entry_id)
+            return slot.payload if slot is not None and _live(slot.expires_at, now) else None
+
     def delete(self, namespace: str, entry_id: str) -> bool:
         """Removes an entry of this namespace; whether there was one."""
         with self._lock:

@@ -16,7 +16,7 @@ from types import TracebackType
 from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
 
 from memlane.errors import ReadOnlyStoreError, StoreClosedError, StorePathError
-from memlane.stores.protocol import ConditionalStore, SyncMemoryStore
+from memlane.stores.protocol import ConditionalStore, SyncMemoryStore, VectorStore
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -183,5 +183,8 @@ class LocalStore(ContextManaged):
     async_save_if = awaitable(ConditionalStore.save_if)
     async_load_range = awaitable(ConditionalStore.load_range)
     async_delete_many = awaitable(ConditionalStore.delete_many)
+    async_save_vectors = awaitable(VectorStore.save_vectors)
+    async_vector_search = awaitable(VectorStore.vector_search)
+    async_missing_vectors = awaitable(VectorStore.missing_vectors)
     async_initialize = awaitable(SyncMemoryStore.initialize)
     async_close = awaitable(SyncMemoryStore.close)

@@ -26,7 +26,16 @@ from memlane.stores.protocol import (
     next_version,
     now,
     search_terms,
+    search_text,
     timestamp,
+)
+from memlane.stores.vectors import (
+    EntryVector,
+    check_entry_vectors,
+    check_missing_vectors,
+    check_model,
+    check_vector_search,
+    text_digest,
 )
 from memlane.types import MemoryEntry
 
@@ -51,6 +60,12 @@ class InMemoryStore(LocalStore):
     in the same step: an entry is indexed by the ``metadata["search_text"]`` it had when it
     was saved (changing a saved entry's metadata in place changes nothing until it is saved
     again). Entries without a search text cost nothing extra while no entry has one.
+
+    :meth:`vector_search` reads a third structure, an exact vector index (float32 rows per
+    model, made on the first :meth:`save_vectors`), kept in step by the same writes: an entry
+    deleted, cleared, expired, or saved with another search text loses its vector; saved
+    again with the same text it keeps it. Vectors are only ever attached to indexed entries,
+    so a store without search texts never touches it.
     """
 
     persistent = False
@@ -66,6 +81,9 @@ class InMemoryStore(LocalStore):
         self.read_only = bool(read_only)
         self._table = _backend.active.MemoryTable()
         self._index = _backend.active.SearchIndex()
+        # Made on the first save_vectors: the twin imports numpy, which a store holding only
+        # a conversation never needs.
+        self._vectors: _backend.VectorIndexType | None = None
         # Every write takes it, so that the table and the search index change together: two
         # threads saving one entry id could otherwise leave the index with the text of the
         # save the table did not keep. It also makes save_if's read and write one step.
@@ -83,6 +101,7 @@ class InMemoryStore(LocalStore):
         with self._write_lock:
             self._table = type(self._table)()
             self._index = type(self._index)()
+            self._vectors = None
 
     def _write(self, namespace: str, entry: MemoryEntry) -> None:
         """Saves ``entry`` in the table and mirrors the change in the search index.
@@ -101,17 +120,32 @@ class InMemoryStore(LocalStore):
             # take this path, one table call as before the index existed.
             self._table.save(namespace, entry.entry_id, entry.key, expires_at, entry)
             return
+        vectors = self._vectors
         if entry.key is not None:
             holder: MemoryEntry | None = self._table.load_by_key(namespace, entry.key, _EVER)
             if holder is not None and holder.entry_id != entry.entry_id:
                 self._index.remove(holder.entry_id)
+                if vectors is not None:
+                    vectors.remove(holder.entry_id)
         self._table.save(namespace, entry.entry_id, entry.key, expires_at, entry)
         if text is None:
             self._index.remove(entry.entry_id)
+            if vectors is not None:
+                vectors.remove(entry.entry_id)
         else:
             self._index.upsert(
                 entry.entry_id, namespace, search_terms(text), entry.importance, expires_at, entry
             )
+            if vectors is not None:
+                # Same namespace and text: the vector still means this entry; else it goes.
+                vectors.refresh(
+                    entry.entry_id,
+                    namespace,
+                    text_digest(text),
+                    entry.importance,
+                    expires_at,
+                    entry,
+                )
 
     def save(self, namespace: str, entry: MemoryEntry) -> None:
         """Inserts or replaces ``entry`` (by ``entry_id``, and by key within the namespace).
@@ -208,6 +242,8 @@ class InMemoryStore(LocalStore):
             removed = self._table.delete(namespace, entry_id)
             if removed:
                 self._index.remove(entry_id)
+                if self._vectors is not None:
+                    self._vectors.remove(entry_id)
             return removed
 
     def delete_many(self, namespace: str, entry_ids: list[str]) -> list[str]:
@@ -226,6 +262,8 @@ class InMemoryStore(LocalStore):
             for entry_id in ids:
                 if self._table.delete(namespace, entry_id):
                     self._index.remove(entry_id)
+                    if self._vectors is not None:
+                        self._vectors.remove(entry_id)
                     gone.append(entry_id)
         return gone
 
@@ -237,6 +275,8 @@ class InMemoryStore(LocalStore):
             removed = self._table.clear(namespace)
             if removed:
                 self._index.clear(namespace)
+                if self._vectors is not None:
+                    self._vectors.clear(namespace)
             return removed
 
     def namespaces(self) -> list[str]:
@@ -253,6 +293,8 @@ class InMemoryStore(LocalStore):
             # The index holds a subset of the table's entries with the same expiry times.
             if removed:
                 self._index.cleanup_expired(at)
+                if self._vectors is not None:
+                    self._vectors.cleanup_expired(at)
             return removed
 
     def search(
@@ -294,10 +336,106 @@ class InMemoryStore(LocalStore):
 
     async_search = awaitable(SearchableStore.search)
 
+    def save_vectors(self, namespace: str, model: str, vectors: Sequence[EntryVector]) -> int:
+        """Attaches each vector to its unexpired entry of ``namespace`` if the entry's search
+        text still has the vector's digest (see
+        :meth:`~memlane.stores.protocol.VectorStore.save_vectors`); how many were attached.
+
+        Raises:
+            TypeError, ValueError: A bad argument, named; vectors of different dimensions.
+            ReadOnlyStoreError: The store was opened read-only.
+            StoreClosedError: The store was closed.
+        """
+        namespace, model = check_namespace(namespace), check_model(model)
+        checked = check_entry_vectors(vectors)
+        self._check_write()
+        attached = 0
+        with self._write_lock:
+            if self._vectors is None:
+                self._vectors = _backend.active.VectorIndex()
+            at = now()
+            for item in checked:
+                entry: MemoryEntry | None = self._table.load_by_id(namespace, item.entry_id, at)
+                text = None if entry is None else search_text(entry)
+                if entry is None or text is None or text_digest(text) != item.digest:
+                    continue
+                self._vectors.upsert(
+                    entry.entry_id,
+                    namespace,
+                    model,
+                    item.digest,
+                    item.vector,
+                    entry.importance,
+                    timestamp(entry.expires_at),
+                    entry,
+                )
+                attached += 1
+        return attached
+
+    def vector_search(
+        self,
+        namespaces: Sequence[str],
+        vector: Sequence[float],
+        *,
+        model: str,
+        limit: int = 10,
+        min_importance: float = 0.0,
+    ) -> list[SearchHit]:
+        """The entries of ``namespaces`` whose vectors of ``model`` are nearest ``vector``,
+        best first, by cosine similarity (see
+        :meth:`~memlane.stores.protocol.VectorStore.vector_search`); equal scores and
+        importances go to the entry whose vector came first.
+
+        Raises:
+            TypeError, ValueError: A bad argument, named.
+            StoreClosedError: The store was closed.
+        """
+        names, query, model, limit, min_importance = check_vector_search(
+            namespaces, vector, model, limit, min_importance
+        )
+        self._check_open()
+        vectors = self._vectors
+        if vectors is None or not names:
+            return []
+        found = vectors.search(names, model, query, limit, min_importance, now())
+        return [SearchHit(entry, score) for entry, score in found]
+
+    def missing_vectors(
+        self, namespaces: Sequence[str], model: str, *, limit: int = 1000
+    ) -> list[MemoryEntry]:
+        """Unexpired entries of ``namespaces`` with a search text and no vector of ``model``,
+        oldest first (by ``created_at``, then namespace order), at most ``limit``.
+
+        Raises:
+            TypeError, ValueError: A bad argument, named.
+            StoreClosedError: The store was closed.
+        """
+        names, model, limit = check_missing_vectors(namespaces, model, limit)
+        self._check_open()
+        vectors, at = self._vectors, now()
+        found: list[MemoryEntry] = []
+        for name in names:
+            taken = 0
+            for entry in self._table.load(name, at):
+                if search_text(entry) is None:
+                    continue
+                if vectors is not None and vectors.model_of(entry.entry_id) == model:
+                    continue
+                found.append(entry)
+                taken += 1
+                if taken == limit:  # the oldest `limit` of each namespace cover the answer
+                    break
+        found.sort(key=_created)
+        return found[:limit]
+
 
 def _at_version(entry: MemoryEntry, version: int) -> MemoryEntry:
     """``entry`` itself if it carries ``version``, else a shallow copy that does."""
     return entry if entry.version == version else entry.model_copy(update={"version": version})
+
+
+def _created(entry: MemoryEntry) -> float:
+    return entry.created_at.timestamp()
 
 
 def _key(entry: MemoryEntry) -> str:

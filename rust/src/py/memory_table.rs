@@ -106,6 +106,19 @@ impl MemoryTable {
             .map(|p| p.clone_ref(py)))
     }
 
+    fn load_by_id(
+        &self,
+        py: Python<'_>,
+        namespace: Key,
+        entry_id: Key,
+        now: f64,
+    ) -> PyResult<Option<Py<PyAny>>> {
+        let table = self.table(py)?;
+        Ok(table
+            .load_by_id(&namespace, &entry_id, now)
+            .map(|p| p.clone_ref(py)))
+    }
+
     fn delete(&self, py: Python<'_>, namespace: Key, entry_id: Key) -> PyResult<bool> {
         let removed = self.table(py)?.delete(&namespace, &entry_id);
         Ok(removed.is_some())

@@ -208,6 +208,13 @@ impl<T, K: Hash + Eq + Clone> MemoryTable<T, K> {
         live(slot.expires_at, now).then_some(&slot.payload)
     }
 
+    /// The unexpired payload of `entry_id` in this namespace, if any.
+    pub fn load_by_id(&self, namespace: &K, entry_id: &K, now: f64) -> Option<&T> {
+        let ns = self.namespaces.get(namespace)?;
+        let slot = &ns.slots[ns.ids.get(entry_id)?];
+        live(slot.expires_at, now).then_some(&slot.payload)
+    }
+
     /// Removes an entry of this namespace; its payload if there was one.
     pub fn delete(&mut self, namespace: &K, entry_id: &K) -> Option<T> {
         let held = self.namespaces.get(namespace)?.ids.contains_key(entry_id);
