@@ -18,6 +18,7 @@ from memlane._validate import check_str
 from memlane.errors import InvalidValueError
 from memlane.stores import _pg_search
 from memlane.stores._connect import utf8_problem
+from memlane.stores._pg_vectors import PgVectors
 from memlane.stores.protocol import find_in_json
 
 __all__ = ["PgSql", "cannot_hold", "check_schema_name", "jsonb_text", "text_problem"]
@@ -297,8 +298,11 @@ $body$;
 """
         # Bump when the DDL changes (here or in _pg_search): a table marked with this version
         # needs nothing. 4: the search columns and indexes. 5: the indexes without a pending
-        # list. 6: the word index led by the namespace (btree_gin).
+        # list. 6: the word index led by the namespace (btree_gin). The vectors' tables are
+        # found by their own state (_pg_vectors), so a store without them still opens
+        # read-only.
         self.version = "memlane schema 6"
+        self.vectors = PgVectors(s, t)
         self.mark = f"COMMENT ON TABLE {t} IS '{self.version}'"
         self.state = _pg_search.state_query(s, t)
         self.search_ddl = functools.partial(_pg_search.search_ddl, s, t)

@@ -31,7 +31,7 @@ from memlane.stores._mongo_documents import (
     _url_options,
     check_mongo_name,
 )
-from memlane.stores._network import NetworkStore
+from memlane.stores._mongo_vectors import MongoVectorStore
 from memlane.stores.protocol import (
     SearchHit,
     entry_to_row,
@@ -43,7 +43,7 @@ from memlane.types import MemoryEntry
 __all__ = ["IndexFallbackWarning", "MongoDBStore", "check_mongo_name"]
 
 
-class MongoDBStore(MongoCas, NetworkStore[Mongo]):
+class MongoDBStore(MongoCas, MongoVectorStore):
     """A MongoDB collection shared by every process that points at it.
 
     Driver: PyMongo's own async API (``AsyncMongoClient``). A client you pass as ``client=``
@@ -103,6 +103,12 @@ class MongoDBStore(MongoCas, NetworkStore[Mongo]):
             missing collection raises :class:`~memlane.errors.NotAStoreError` on first use.
 
     :meth:`delete_many` removes the entries one by one (not all or nothing).
+
+    The store is a :class:`~memlane.stores.protocol.VectorStore`: an entry's vector lives in
+    its document (see :mod:`memlane.stores._mongo_vectors`) and counts only while the
+    entry's search text is the one it was made from. Servers without ``$vectorSearch``
+    (FerretDB, a plain ``mongod``) leave the ranking to memlane, with one
+    :class:`~memlane.stores.VectorFallbackWarning` per store.
 
     Raises:
         ImportError: PyMongo is not installed (``pip install 'memlane[mongodb]'``).

@@ -19,7 +19,7 @@ from memlane._validate import check_positive_int, type_name
 from memlane.errors import InvalidValueError, NotAStoreError, StoreError
 from memlane.stores import _pg_search
 from memlane.stores._connect import IndexFallbackWarning, require
-from memlane.stores._network import NetworkStore
+from memlane.stores._network_vectors import NetworkVectorStore
 from memlane.stores._pg_sql import (
     PgSql,
     cannot_hold,
@@ -27,7 +27,9 @@ from memlane.stores._pg_sql import (
     jsonb_text,
     text_problem,
 )
+from memlane.stores._pg_vectors import VECTOR, PgVectorOps
 from memlane.stores.protocol import SearchHit, entry_to_row, row_to_entry
+from memlane.stores.vectors import EntryVector
 from memlane.types import MemoryEntry, as_utc, utc_now
 
 __all__ = ["PostgreSQLStore", "check_schema_name"]
@@ -66,7 +68,7 @@ def _affected(status: str) -> int:
     return int(status.rsplit(" ", 1)[-1])
 
 
-class PostgreSQLStore(NetworkStore[Any]):
+class PostgreSQLStore(NetworkVectorStore[Any]):
     """A PostgreSQL table shared by every process that points at it (asyncpg).
 
     Schema ``{schema_name}.memory_entries`` with the columns of
@@ -95,6 +97,18 @@ class PostgreSQLStore(NetworkStore[Any]):
     :class:`~memlane.stores.IndexFallbackWarning` and matches whole words only, and one
     without ``btree_gin`` gives the warning and finds the same entries, more slowly as
     namespaces grow.
+
+    The store is a :class:`~memlane.stores.protocol.VectorStore`: vectors live in
+    ``{schema_name}.entry_vectors`` beside the entries, one per entry, with their model's
+    name and dimensions, and go with their entry (a foreign key cascades deletes, clears
+    and clean-ups; a trigger drops a vector when a save changes the entry's search text).
+    Where the server has pgvector (the ``vector`` extension, created on first use where
+    allowed), the column is a ``vector`` and the server computes the cosine similarity,
+    through an HNSW index per model once the table is large; elsewhere the vectors are
+    float32 bytes that memlane scores, with one
+    :class:`~memlane.stores.VectorFallbackWarning` per store naming the missing extension.
+    A store made without pgvector on a server that later has it converts its table and
+    drops its vectors, which :meth:`missing_vectors` then lists for re-embedding.
 
     Content and metadata are JSONB: objects read back with JSONB's key order (sorted), and
     ``-0.0`` reads back as ``0.0``; every other plain-JSON value reads back equal and of
@@ -150,6 +164,7 @@ class PostgreSQLStore(NetworkStore[Any]):
         self.connect_timeout = self.timeout if connect_timeout is None else connect_timeout
         # Until migration finds the indexes: the statement that searches by words alone.
         self._search: str = self._sql.search(None, led=False)
+        self._vectors = PgVectorOps(self._sql.vectors, self._asyncpg, self._sql.lock_id)
 
     async def _open(self, loop: asyncio.AbstractEventLoop) -> Any:
         asyncpg = self._asyncpg
@@ -186,18 +201,27 @@ class PostgreSQLStore(NetworkStore[Any]):
         self._search = self._sql.search(
             state["trigram"] if state["trigram_index"] else None, led=state["words_led"]
         )
+        vectors = await pool.fetchrow(self._sql.vectors.state)
+        self._vectors.vector_schema = vectors["vector_schema"]
+        self._vectors.has_table = vectors["has_table"]
 
     async def _migrate(self, pool: Any) -> None:
         if self.read_only:
             await self._check_store(pool)
             return
         state = await pool.fetchrow(self._sql.state)
+        vectors = await pool.fetchrow(self._sql.vectors.state)
+        vector_schema = vectors["vector_schema"]
+        # No vectors' tables yet, or byte vectors on a server that now offers pgvector.
+        vectors_behind = not vectors["has_table"] or (
+            vectors["available"] and vector_schema is None
+        )
         trigram, led = state["trigram"], state["words_led"]
         missing: dict[str, str] = {}
         # Up to date already (the usual case): skip the DDL, whose index statements would
         # briefly lock out writers of the table.
         current = state["version"] == self._sql.version
-        if not (current and state["words_led"] and state["trigram_index"]):
+        if not (current and state["words_led"] and state["trigram_index"] and not vectors_behind):
             async with pool.acquire() as con, con.transaction():
                 # Concurrent CREATE ... IF NOT EXISTS can still collide in the catalogs, and
                 # concurrent CREATE OR REPLACE FUNCTION fails outright: serialise migrations.
@@ -206,6 +230,14 @@ class PostgreSQLStore(NetworkStore[Any]):
                     await con.execute(self._sql.migrate)
                     await con.execute(self._sql.search_ddl(state["icu"]))
                     await con.execute(self._sql.mark)
+                if vectors_behind:
+                    vector_schema, problem = await self._ensure_extension(con, VECTOR)
+                    if vector_schema is None:
+                        self._vectors.problem = (
+                            f"has no pgvector: the {VECTOR!r} extension cannot be created "
+                            f"({problem.splitlines()[0]})"
+                        )
+                    await con.execute(self._sql.vectors.ddl(vector_schema))
                 btree_gin, problem = await self._ensure_extension(con, _pg_search.BTREE_GIN)
                 led = btree_gin is not None
                 if btree_gin is None:
@@ -229,6 +261,7 @@ class PostgreSQLStore(NetworkStore[Any]):
                 stacklevel=2,
             )
         self._search = self._sql.search(trigram, led=led)
+        self._vectors.vector_schema = vector_schema
 
     async def _ensure_extension(self, con: Any, name: str) -> tuple[str | None, str]:
         """The extension's schema once it exists, else ``None`` and why not. Runs inside the
@@ -416,3 +449,34 @@ class PostgreSQLStore(NetworkStore[Any]):
                 score = floor * score / 2.0
             hits.append(SearchHit(entry, score))
         return hits
+
+    async def _do_save_vectors(
+        self, pool: Any, namespace: str, model: str, vectors: list[EntryVector], now: datetime
+    ) -> int:
+        self._vector_fallback()
+        return await self._vectors.save(pool, namespace, model, vectors, now)
+
+    async def _do_vector_search(
+        self,
+        pool: Any,
+        namespaces: list[str],
+        query: list[float],
+        model: str,
+        limit: int,
+        minimum: float,
+        now: datetime,
+    ) -> list[SearchHit]:
+        self._vector_fallback()
+        found = await self._vectors.search(pool, namespaces, query, model, limit, minimum, now)
+        # float32 arithmetic can put a unit vector's similarity to itself a hair above 1.
+        return [SearchHit(self._entry(row), max(-1.0, min(1.0, score))) for row, score in found]
+
+    async def _do_missing_vectors(
+        self, pool: Any, namespaces: list[str], model: str, limit: int, now: datetime
+    ) -> list[MemoryEntry]:
+        rows = await self._vectors.missing(pool, namespaces, model, limit, now)
+        return [self._entry(row) for row in rows]
+
+    def _vector_fallback(self) -> None:
+        if self._vectors.vector_schema is None:
+            self._warn_vector_fallback(self._vectors.problem)
