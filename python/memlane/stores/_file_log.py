@@ -6,11 +6,17 @@ A namespace file is UTF-8 text, one JSON object per line::
     {"op": "put", "entry": {"entry_id": "…", "key": "greeting", "content": "héllo", …}}
     {"op": "put", "entries": [{…}, {…}]}
     {"op": "delete", "entry_id": "…"}
+    {"op": "vectors", "model": "wordllama:l2_supercat", "vectors": [{"entry_id": "…",
+        "digest": "…", "vector": "<base64 of float32 little-endian>"}]}
 
 Replaying the lines in order gives the namespace, as the whole-file format gave it: a put
 replaces the entry with its ``entry_id`` in place (insertion order is kept) and first removes
 any other entry holding its key; a delete removes one entry. A ``save_many`` is one line, so
-it is all or none.
+it is all or none. A vectors line attaches each vector to its entry if the entry is there and
+its search text still has the vector's digest (replacing the entry's vector of any model); a
+put keeps an entry's vector only if its search text is unchanged, a delete drops it. The rule
+is applied at replay, so every reader derives the same vectors from the same lines. A memlane
+from before vectors refuses a file holding a vectors line (not a put or a delete).
 
 Invariants the store relies on:
 
@@ -28,6 +34,7 @@ the first write rewrites them as a log.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
@@ -36,7 +43,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from memlane.stores.ranking import SEARCH_TEXT
 from memlane.stores.stored_values import entry_to_row
+from memlane.stores.vectors import decode_vector, encode_vector, text_digest
 from memlane.types import MemoryEntry
 
 __all__ = [
@@ -44,6 +53,7 @@ __all__ = [
     "NamespaceIndex",
     "encode_delete",
     "encode_put",
+    "encode_vectors",
     "namespace_in",
     "new_index",
     "parse",
@@ -69,6 +79,30 @@ def encode_put(docs: list[dict[str, Any]]) -> bytes:
     if len(docs) == 1:
         return _line({"op": "put", "entry": docs[0]})
     return _line({"op": "put", "entries": docs})
+
+
+def encode_vectors(model: str, vectors: list[tuple[str, str, list[float]]]) -> bytes:
+    """The line that attaches ``vectors`` (entry id, digest, floats) of ``model``."""
+    items = [
+        {"entry_id": i, "digest": d, "vector": base64.b64encode(encode_vector(v)).decode()}
+        for i, d, v in vectors
+    ]
+    return _line({"op": "vectors", "model": model, "vectors": items})
+
+
+def _digest_of(doc: dict[str, Any]) -> str | None:
+    metadata = doc.get("metadata")
+    text = metadata.get(SEARCH_TEXT) if isinstance(metadata, dict) else None
+    return text_digest(text) if isinstance(text, str) else None
+
+
+@dataclass(frozen=True, slots=True)
+class StoredVector:
+    """An entry's vector as the log holds it."""
+
+    model: str
+    digest: str
+    vector: list[float]
 
 
 def encode_delete(entry_id: str) -> bytes:
@@ -102,6 +136,8 @@ class NamespaceIndex:
     docs: dict[str, dict[str, Any]] = field(default_factory=dict)
     by_key: dict[str, str] = field(default_factory=dict)
     sizes: dict[str, int] = field(default_factory=dict)
+    vectors: dict[str, StoredVector] = field(default_factory=dict)
+    vector_sizes: dict[str, int] = field(default_factory=dict)
     live: int = 0
     end: int = 0
     """The offset after the last complete line replayed (0: no file written yet)."""
@@ -119,6 +155,9 @@ class NamespaceIndex:
         old = self.docs.get(entry_id)
         if old is not None and old["key"] is not None and self.by_key.get(old["key"]) == entry_id:
             del self.by_key[old["key"]]
+        held = self.vectors.get(entry_id)
+        if held is not None and held.digest != _digest_of(doc):
+            self._drop_vector(entry_id)
         self.docs[entry_id] = doc
         if key is not None:
             self.by_key[key] = entry_id
@@ -139,8 +178,50 @@ class NamespaceIndex:
         if doc["key"] is not None and self.by_key.get(doc["key"]) == entry_id:
             del self.by_key[doc["key"]]
         self.live -= self.sizes.pop(entry_id, 0)
+        self._drop_vector(entry_id)
         self._sorted = None
         return True
+
+    def _drop_vector(self, entry_id: str) -> None:
+        if self.vectors.pop(entry_id, None) is not None:
+            self.live -= self.vector_sizes.pop(entry_id, 0)
+
+    def takes(self, entry_id: str, digest: str) -> bool:
+        """Whether the entry is here with the search text of ``digest``."""
+        doc = self.docs.get(entry_id)
+        return doc is not None and _digest_of(doc) == digest
+
+    def attach(self, model: str, vectors: list[tuple[str, str, list[float]]], size: int) -> int:
+        """Applies a vectors line of ``size`` bytes: each vector whose entry is here with the
+        text of its digest replaces the entry's vector; how many were attached."""
+        attached = 0
+        for entry_id, digest, vector in vectors:
+            if not self.takes(entry_id, digest):
+                continue
+            self._drop_vector(entry_id)
+            self.vectors[entry_id] = StoredVector(model, digest, vector)
+            self.vector_sizes[entry_id] = size // len(vectors)
+            self.live += size // len(vectors)
+            attached += 1
+        return attached
+
+    def vectors_of(self, model: str, dims: int) -> list[tuple[dict[str, Any], list[float]]]:
+        """The documents with a vector of ``model`` and ``dims``, and the vector, file order."""
+        found = []
+        for entry_id, doc in self.docs.items():
+            held = self.vectors.get(entry_id)
+            if held is not None and held.model == model and len(held.vector) == dims:
+                found.append((doc, held.vector))
+        return found
+
+    def without_vectors(self, model: str) -> list[dict[str, Any]]:
+        """The documents with a search text and no vector of ``model``, file order."""
+        return [
+            doc
+            for entry_id, doc in self.docs.items()
+            if _digest_of(doc) is not None
+            and (entry_id not in self.vectors or self.vectors[entry_id].model != model)
+        ]
 
     def sorted_keys(self) -> list[str]:
         """The keys held, sorted; kept until the next change."""
@@ -175,8 +256,13 @@ class NamespaceIndex:
             self.put_line([_checked(doc) for doc in docs], len(line))
         elif op == "delete" and isinstance(record.get("entry_id"), str):
             self.delete(record["entry_id"])
+        elif op == "vectors" and isinstance(record.get("model"), str):
+            items = record.get("vectors")
+            if not isinstance(items, list) or not items:
+                raise ValueError(f"line at byte {offset}: a vectors line without vectors")
+            self.attach(record["model"], [_vector(item) for item in items], len(line))
         else:
-            raise ValueError(f"line at byte {offset}: not a put or a delete")
+            raise ValueError(f"line at byte {offset}: not a put, a delete or vectors")
 
     def rewrite(self) -> bytes:
         """The compacted file holding exactly the live entries; the index now describes it.
@@ -190,6 +276,11 @@ class NamespaceIndex:
         for entry_id, doc in self.docs.items():
             line = encode_put([doc])
             self.sizes[entry_id] = len(line)
+            lines.append(line)
+        self.vector_sizes = {}
+        for entry_id, held in self.vectors.items():
+            line = encode_vectors(held.model, [(entry_id, held.digest, held.vector)])
+            self.vector_sizes[entry_id] = len(line)
             lines.append(line)
         data = b"".join(lines)
         self.live = self.end = len(data)
@@ -208,6 +299,15 @@ def _checked(doc: object) -> dict[str, Any]:
         raise ValueError(f"entry {doc['entry_id']!r}: key is not a str")
     doc.setdefault("key", None)
     return doc
+
+
+def _vector(item: object) -> tuple[str, str, list[float]]:
+    if not isinstance(item, dict):
+        raise ValueError(f"a vector that is not an object: {str(item)[:80]}")
+    entry_id, digest, data = item.get("entry_id"), item.get("digest"), item.get("vector")
+    if not (isinstance(entry_id, str) and isinstance(digest, str) and isinstance(data, str)):
+        raise ValueError(f"a vector without entry_id, digest or data: {str(item)[:80]}")
+    return entry_id, digest, decode_vector(base64.b64decode(data, validate=True))
 
 
 def new_index(namespace: str) -> NamespaceIndex:

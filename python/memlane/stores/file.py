@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import bisect
+import math
+import operator
 import os
 import tempfile
 import threading
-from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -16,6 +17,7 @@ from filelock import FileLock, Timeout
 
 from memlane.errors import CorruptStoreError, NotAStoreError, StoreError
 from memlane.stores._base import LocalStore, awaitable, ensure_directory, read_only_error
+from memlane.stores._file_cache import IndexCache, namespace_files
 from memlane.stores._file_log import (
     LOCK_FILENAME,
     LOCK_TIMEOUT,
@@ -23,8 +25,8 @@ from memlane.stores._file_log import (
     document,
     encode_delete,
     encode_put,
+    encode_vectors,
     namespace_filename,
-    namespace_in,
     new_index,
     parse,
     stamp,
@@ -43,12 +45,16 @@ from memlane.stores.protocol import (
     next_version,
     rank_entries,
 )
+from memlane.stores.vectors import (
+    EntryVector,
+    check_entry_vectors,
+    check_missing_vectors,
+    check_model,
+    check_vector_search,
+)
 from memlane.types import MemoryEntry
 
 __all__ = ["LOCK_FILENAME", "FileStore", "namespace_filename"]
-
-_INDEXED_FILES = 1024
-"""How many namespaces' indexes a FileStore keeps in memory; the least recently used go."""
 
 
 class FileStore(LocalStore):
@@ -78,7 +84,9 @@ class FileStore(LocalStore):
     :meth:`search` keeps no search index: it reads every entry of the searched namespaces
     and ranks them (:func:`~memlane.stores.protocol.rank_entries`), so its cost grows with
     their size. A file store is for data a human reads; a large searched memory belongs in
-    SQLite.
+    SQLite. :meth:`vector_search` is a scan too, the reference the indexed stores are held
+    to: vectors are lines of the namespace's log (base64 float32), kept in step with their
+    entries when the log is replayed (see :mod:`memlane.stores._file_log`).
 
     Opened with ``read_only=True``, the directory must exist; nothing is created in it (not
     even the lock file) and every write raises :class:`~memlane.errors.ReadOnlyStoreError`.
@@ -109,7 +117,7 @@ class FileStore(LocalStore):
             ensure_directory(self.base_dir, f"FileStore {self.base_dir}")
         self._lock = threading.RLock()
         self._file_lock = FileLock(self.base_dir / LOCK_FILENAME, timeout=LOCK_TIMEOUT)
-        self._indexes: OrderedDict[Path, NamespaceIndex] = OrderedDict()
+        self._indexes = IndexCache()
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.base_dir}>"
@@ -149,70 +157,8 @@ class FileStore(LocalStore):
         return self.base_dir / namespace_filename(check_namespace(namespace))
 
     def _index(self, namespace: str) -> NamespaceIndex | None:
-        """The namespace's index, in step with its file (``None``: no file). Hold ``_lock``.
-
-        A file whose inode, mtime and size are those last seen costs one stat.
-        """
-        path = self._path(namespace)
-        known = self._indexes.get(path)
-        if known is not None:
-            try:
-                info = os.stat(path)
-            except FileNotFoundError:
-                del self._indexes[path]
-                return None
-            except OSError as exc:
-                raise StoreError(f"FileStore {path}: {exc.strerror}") from exc
-            if known.stamp == stamp(info) and known.end == info.st_size:
-                self._indexes.move_to_end(path)
-                return known
-        return self._read_stamped(namespace)
-
-    def _read_stamped(self, namespace: str) -> NamespaceIndex | None:
-        """Brings the namespace's index in step with its file, reading only what is new.
-
-        The file's identity is taken from the open file, so it names exactly the version
-        read. The index is taken out while it is updated: if reading fails, the next call
-        starts afresh rather than from a half-replayed index.
-
-        Raises:
-            CorruptStoreError: The file is not a namespace file for ``namespace``.
-            StoreError: The OS refused to read it.
-        """
-        path = self._path(namespace)
-        known = self._indexes.pop(path, None)
-        try:
-            with path.open("rb") as fh:
-                info = os.fstat(fh.fileno())
-                index = None
-                if (
-                    known is not None
-                    and not known.legacy
-                    and known.stamp[0] == info.st_ino
-                    and info.st_size >= known.end
-                    and fh.read(len(known.header)) == known.header
-                ):
-                    fh.seek(known.end)
-                    known.consume(fh.read(info.st_size - known.end))
-                    index = known
-                if index is None:
-                    fh.seek(0)
-                    index = parse(namespace, fh.read(info.st_size))
-        except FileNotFoundError:
-            return None
-        except OSError as exc:
-            raise StoreError(f"FileStore {path}: {exc.strerror}") from exc
-        except (ValueError, KeyError, TypeError) as exc:
-            raise CorruptStoreError(f"corrupt memlane file {path}: {exc}") from exc
-        index.stamp = stamp(info)
-        self._remember(path, index)
-        return index
-
-    def _remember(self, path: Path, index: NamespaceIndex) -> None:
-        self._indexes[path] = index
-        self._indexes.move_to_end(path)
-        if len(self._indexes) > _INDEXED_FILES:
-            self._indexes.popitem(last=False)
+        """The namespace's index, in step with its file (``None``: no file). Hold ``_lock``."""
+        return self._indexes.index(self._path(namespace), namespace, parse)
 
     def _commit(
         self,
@@ -228,7 +174,7 @@ class FileStore(LocalStore):
         next call reads the file as it is.
         """
         path = self._path(namespace)
-        self._indexes.pop(path, None)
+        self._indexes.forget(path)
         if index is None:
             index = new_index(namespace)
         apply(index)
@@ -242,7 +188,7 @@ class FileStore(LocalStore):
                 self._append(path, index, line)
         except OSError as exc:
             raise StoreError(f"FileStore {path}: {exc.strerror}") from exc
-        self._remember(path, index)
+        self._indexes.remember(path, index)
 
     def _append(self, path: Path, index: NamespaceIndex, line: bytes) -> None:
         fd = os.open(path, os.O_WRONLY | os.O_APPEND)
@@ -283,20 +229,7 @@ class FileStore(LocalStore):
     def _namespace_files(self) -> list[tuple[Path, str]]:
         """Every namespace file and the namespace it holds."""
         self._check_open()
-        found = []
-        for path in sorted(self.base_dir.glob("*.json")):
-            if path.name.startswith("."):  # another process's temporary file
-                continue
-            try:
-                with path.open("rb") as fh:
-                    found.append((path, namespace_in(fh.readline(), fh.read)))
-            except FileNotFoundError:  # cleared by another process since the listing
-                continue
-            except OSError as exc:
-                raise StoreError(f"FileStore {path}: {exc.strerror}") from exc
-            except (ValueError, KeyError, TypeError) as exc:
-                raise CorruptStoreError(f"corrupt memlane file {path}: {exc}") from exc
-        return found
+        return namespace_files(self.base_dir)
 
     def save(self, namespace: str, entry: MemoryEntry) -> None:
         """Inserts or replaces ``entry``: one line appended to the namespace's log.
@@ -402,6 +335,74 @@ class FileStore(LocalStore):
 
     async_search = awaitable(search)
 
+    def save_vectors(self, namespace: str, model: str, vectors: Sequence[EntryVector]) -> int:
+        """Attaches each vector to its unexpired entry whose search text has the vector's
+        digest (see :meth:`~memlane.stores.protocol.VectorStore.save_vectors`): one line of
+        the log, under the directory's lock; how many were attached.
+        """
+        check_namespace(namespace)
+        model, checked = check_model(model), check_entry_vectors(vectors)
+        with self._exclusive():
+            index = self._index(namespace)
+            items = [
+                (v.entry_id, v.digest, list(v.vector))
+                for v in checked
+                if index is not None
+                and index.takes(v.entry_id, v.digest)
+                and not self._from_doc(index.docs[v.entry_id], namespace).is_expired
+            ]
+            if not items:
+                return 0
+            line = encode_vectors(model, items)
+            self._commit(namespace, index, line, lambda i: i.attach(model, items, len(line)))
+            return len(items)
+
+    def vector_search(
+        self,
+        namespaces: Sequence[str],
+        vector: Sequence[float],
+        *,
+        model: str,
+        limit: int = 10,
+        min_importance: float = 0.0,
+    ) -> list[SearchHit]:
+        """The entries nearest ``vector`` by cosine similarity, best first (see
+        :meth:`~memlane.stores.protocol.VectorStore.vector_search`): every vector of
+        ``model`` in ``namespaces`` is read and scored in float64; ties go to importance,
+        then to the entry saved first.
+        """
+        names, query, model, limit, min_importance = check_vector_search(
+            namespaces, vector, model, limit, min_importance
+        )
+        self._check_open()
+        hits: list[tuple[float, float, int, MemoryEntry]] = []
+        for name in names:
+            with self._lock:
+                index = self._index(name)
+                held = [] if index is None else index.vectors_of(model, len(query))
+            for doc, floats in held:
+                entry = self._from_doc(doc, name)
+                if not entry.is_expired and entry.importance >= min_importance:
+                    score = math.fsum(map(operator.mul, floats, query))
+                    hits.append((score, entry.importance, len(hits), entry))
+        hits.sort(key=lambda h: (-h[0], -h[1], h[2]))
+        return [SearchHit(entry, score) for score, _, _, entry in hits[:limit]]
+
+    def missing_vectors(
+        self, namespaces: Sequence[str], model: str, *, limit: int = 1000
+    ) -> list[MemoryEntry]:
+        """Unexpired entries with a search text and no vector of ``model``, oldest first (by
+        ``created_at``, then file order), at most ``limit``."""
+        names, model, limit = check_missing_vectors(namespaces, model, limit)
+        found = []
+        for name in names:
+            with self._lock:
+                index = self._index(name)
+                docs = [] if index is None else index.without_vectors(model)
+            found += [e for e in (self._from_doc(d, name) for d in docs) if not e.is_expired]
+        found.sort(key=lambda e: e.created_at.timestamp())
+        return found[:limit]
+
     def load_range(self, namespace: str, start: str, stop: str) -> list[MemoryEntry]:
         """Unexpired keyed entries with ``start <= key < stop``, in key order.
 
@@ -460,7 +461,7 @@ class FileStore(LocalStore):
         with self._exclusive():
             index = self._index(namespace)
             path = self._path(namespace)
-            self._indexes.pop(path, None)
+            self._indexes.forget(path)
             path.unlink(missing_ok=True)
             return 0 if index is None else len(index.docs)
 
@@ -484,13 +485,13 @@ class FileStore(LocalStore):
                 if not expired:
                     continue
                 removed += len(expired)
-                self._indexes.pop(path, None)
+                self._indexes.forget(path)
                 for entry_id in expired:
                     index.delete(entry_id)
                 try:
                     if index.docs:
                         self._rewrite(path, index)
-                        self._remember(path, index)
+                        self._indexes.remember(path, index)
                     else:
                         path.unlink(missing_ok=True)
                 except OSError as exc:

@@ -1,0 +1,445 @@
+"""The vector contract every store keeps (:class:`memlane.stores.VectorStore`), on both paths.
+
+:class:`VectorStoreContract` holds the rules; it is collected through subclasses that supply a
+``vstore`` fixture yielding a :class:`~store_kinds.Made`. This module runs it on the local
+stores (memory, file, SQLite) with both implementations; a network store's test module reuses
+it with its own fixture::
+
+    from test_store_vectors import VectorStoreContract
+
+
+    @pytest.fixture(params=["postgres", "mongodb"])
+    async def vstore(request, tmp_path):
+        async for made in open_store(request.param, request, tmp_path):
+            yield made
+
+
+    class TestNetworkStoresKeepTheVectorContract(VectorStoreContract):
+        '''PostgreSQL and MongoDB keep every rule of VectorStore.'''
+
+Scores are cosine similarities; stores compute them in float32 (Rust, numpy) or float64 (the
+file store's scan), so they are compared to :data:`SCORE_TOLERANCE`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import AsyncIterator, Sequence
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memlane import _backend
+from memlane._runner import MissingVectors, SaveVectors, VectorSearch
+from memlane.errors import CorruptStoreError, ReadOnlyStoreError
+from memlane.stores import EntryVector, FileStore, InMemoryStore, SQLiteStore, VectorStore
+from memlane.stores.file import namespace_filename
+from memlane.stores.protocol import SEARCH_TEXT
+from memlane.stores.vectors import text_digest, unit
+from memlane.types import MemoryEntry, utc_now
+from store_kinds import Made, open_store
+
+SCORE_TOLERANCE = 1e-5
+
+LOCAL_VECTOR_STORES = ["memory", "file"]
+"""The stores this module runs the contract on; network stores run it from their own module."""
+
+MODEL = "test:model"
+
+
+def doc(
+    text: str | None, *, key: str | None = None, importance: float = 0.5, **kw: Any
+) -> MemoryEntry:
+    """An entry searchable by ``text`` (or by nothing)."""
+    metadata = {} if text is None else {SEARCH_TEXT: text}
+    return MemoryEntry(
+        key=key, content={"text": text}, metadata=metadata, importance=importance, **kw
+    )
+
+
+def vec(entry: MemoryEntry, *values: float) -> EntryVector:
+    """A vector for ``entry``'s current search text."""
+    text = entry.metadata[SEARCH_TEXT]
+    return EntryVector(entry.entry_id, text_digest(text), unit(values))
+
+
+def contents(hits: Sequence[Any]) -> list[str]:
+    return [hit.entry.content["text"] for hit in hits]
+
+
+def cosine(a: Sequence[float], b: Sequence[float]) -> float:
+    ua, ub = unit(a), unit(b)
+    return math.fsum(x * y for x, y in zip(ua, ub, strict=True))
+
+
+def as_vectors(made: Made) -> VectorStore:
+    """The made store, as the vector protocol it must implement."""
+    assert isinstance(made.store, VectorStore)
+    return made.store
+
+
+async def put(store: Any, namespace: str, *entries: MemoryEntry) -> None:
+    for entry in entries:
+        await store.async_save(namespace, entry)
+
+
+class VectorStoreContract:
+    """The rules of :class:`~memlane.stores.VectorStore`, for any store a ``vstore`` fixture
+    yields (as a :class:`~store_kinds.Made`)."""
+
+    async def test_protocol_sync_and_async(self, vstore: Made) -> None:
+        store = as_vectors(vstore)
+        assert isinstance(store, VectorStore)
+        a, b = doc("coffee black"), doc("green tea")
+        await put(store, "ns", a, b)
+        assert store.save_vectors("ns", MODEL, [vec(a, 1, 0)]) == 1
+        assert await store.async_save_vectors("ns", MODEL, [vec(b, 0, 1)]) == 1
+        assert contents(store.vector_search(["ns"], [1, 0.1], model=MODEL)) == [
+            "coffee black",
+            "green tea",
+        ]
+        found = await store.async_vector_search(["ns"], [0.1, 1], model=MODEL, limit=1)
+        assert contents(found) == ["green tea"]
+        assert store.missing_vectors(["ns"], MODEL) == []
+        assert await store.async_missing_vectors(["ns"], "other:model") == [a, b]
+
+    async def test_typed_operations_run_on_the_store(self, vstore: Made) -> None:
+        store = as_vectors(vstore)
+        a = doc("coffee black")
+        await put(store, "ns", a)
+        assert [e.entry_id for e in MissingVectors(["ns"], MODEL).run(store)] == [a.entry_id]
+        assert await SaveVectors("ns", MODEL, [vec(a, 1, 2)]).run_async(store) == 1
+        hits = VectorSearch(["ns"], [1, 2], MODEL, limit=3).run(store)
+        assert contents(hits) == ["coffee black"]
+        assert hits[0].score == pytest.approx(1.0, abs=SCORE_TOLERANCE)
+        assert await MissingVectors(["ns"], MODEL).run_async(store) == []
+
+    async def test_scores_are_cosine_similarities_best_first(self, vstore: Made) -> None:
+        store = as_vectors(vstore)
+        rows = {"north": (0.0, 1.0, 0.0), "east": (1.0, 0.0, 0.0), "north-east": (1, 1, 0.2)}
+        entries = {name: doc(name) for name in rows}
+        await put(store, "ns", *entries.values())
+        vectors = [vec(entries[n], *v) for n, v in rows.items()]
+        assert await store.async_save_vectors("ns", MODEL, vectors) == 3
+        query = [0.2, 1.0, 0.0]
+        hits = await store.async_vector_search(["ns"], query, model=MODEL)
+        assert contents(hits) == ["north", "north-east", "east"]
+        for hit in hits:
+            expected = cosine(rows[hit.entry.content["text"]], query)
+            assert hit.score == pytest.approx(expected, abs=SCORE_TOLERANCE)
+        opposite = await store.async_vector_search(["ns"], [0.0, -1.0, 0.0], model=MODEL)
+        assert opposite[-1].score == pytest.approx(-1.0, abs=SCORE_TOLERANCE)
+
+    async def test_hits_are_the_stored_entries(self, vstore: Made) -> None:
+        store = as_vectors(vstore)
+        a = doc("coffee black", key="drink", importance=0.7)
+        await put(store, "ns", a)
+        await store.async_save_vectors("ns", MODEL, [vec(a, 1, 0)])
+        (hit,) = await store.async_vector_search(["ns"], [1, 0], model=MODEL)
+        assert hit.entry == await store.async_load_by_key("ns", "drink")
+
+    async def test_a_vector_attaches_only_to_its_text(self, vstore: Made) -> None:
+        store = as_vectors(vstore)
+        a, b = doc("coffee black"), doc("green tea")
+        await put(store, "ns", a, b)
+        stale = EntryVector(a.entry_id, text_digest("coffee with milk"), [1.0, 0.0])
+        ghost = EntryVector("no-such-entry", text_digest("coffee black"), [1.0, 0.0])
+        wrong_namespace = vec(b, 0, 1)
+        assert await store.async_save_vectors("other", MODEL, [wrong_namespace]) == 0
+        assert await store.async_save_vectors("ns", MODEL, [stale, ghost]) == 0
+        assert await store.async_vector_search(["ns", "other"], [1, 0], model=MODEL) == []
+        assert await store.async_save_vectors("ns", MODEL, [stale, vec(b, 0, 1)]) == 1
+        assert contents(await store.async_vector_search(["ns"], [1, 0], model=MODEL)) == [
+            "green tea"
+        ]
+
+    async def test_entries_without_search_text_or_expired_take_no_vector(
+        self, vstore: Made
+    ) -> None:
+        store = as_vectors(vstore)
+        plain = doc(None)
+        gone = doc("old news", expires_at=utc_now() - timedelta(seconds=5))
+        await put(store, "ns", plain, gone)
+        attempt = [EntryVector(plain.entry_id, text_digest(""), [1.0]), vec(gone, 1)]
+        assert await store.async_save_vectors("ns", MODEL, attempt) == 0
+        assert await store.async_missing_vectors(["ns"], MODEL) == []
+
+    async def test_models_and_dimensions_are_never_compared(self, vstore: Made) -> None:
+        store = as_vectors(vstore)
+        a, b, c = doc("alpha"), doc("beta"), doc("gamma")
+        await put(store, "ns", a, b, c)
+        await store.async_save_vectors("ns", "model:a", [vec(a, 1, 0)])
+        await store.async_save_vectors("ns", "model:b", [vec(b, 1, 0)])
+        await store.async_save_vectors("ns", "model:a", [vec(c, 1, 0, 0)])
+        assert contents(await store.async_vector_search(["ns"], [1, 0], model="model:a")) == [
+            "alpha"
+        ]
+        assert contents(await store.async_vector_search(["ns"], [1, 0], model="model:b")) == [
+            "beta"
+        ]
+        three = await store.async_vector_search(["ns"], [1, 0, 0], model="model:a")
+        assert contents(three) == ["gamma"]
+        assert await store.async_vector_search(["ns"], [1, 0, 0, 0], model="model:a") == []
+        assert await store.async_vector_search(["ns"], [1, 0], model="model:c") == []
+
+    async def test_a_new_vector_replaces_any_model(self, vstore: Made) -> None:
+        store = as_vectors(vstore)
+        a = doc("alpha")
+        await put(store, "ns", a)
+        await store.async_save_vectors("ns", "model:a", [vec(a, 1, 0)])
+        await store.async_save_vectors("ns", "model:b", [vec(a, 0, 1)])
+        assert await store.async_vector_search(["ns"], [1, 0], model="model:a") == []
+        (hit,) = await store.async_vector_search(["ns"], [1, 0], model="model:b")
+        assert hit.score == pytest.approx(0.0, abs=SCORE_TOLERANCE)
+        assert await store.async_missing_vectors(["ns"], "model:a") == [a]
+
+    async def test_delete_clear_and_expiry_drop_vectors(self, vstore: Made) -> None:
+        store = as_vectors(vstore)
+        a, b, c, d = doc("a"), doc("b"), doc("c"), doc("d")
+        await put(store, "ns", a, b, c)
+        await put(store, "other", d)
+        await store.async_save_vectors("ns", MODEL, [vec(a, 1), vec(b, 1), vec(c, 1)])
+        await store.async_save_vectors("other", MODEL, [vec(d, 1)])
+        assert await store.async_delete("ns", a.entry_id)
+        assert contents(await store.async_vector_search(["ns"], [1], model=MODEL)) == ["b", "c"]
+        expired = b.model_copy(update={"expires_at": utc_now() - timedelta(seconds=1)})
+        await put(store, "ns", expired)
+        assert contents(await store.async_vector_search(["ns"], [1], model=MODEL)) == ["c"]
+        await store.async_cleanup_expired()
+        assert await store.async_clear("ns") == 1
+        assert await store.async_vector_search(["ns"], [1], model=MODEL) == []
+        # A new entry under an old id starts without a vector.
+        await put(store, "ns", a)
+        assert await store.async_vector_search(["ns"], [1], model=MODEL) == []
+        assert contents(await store.async_vector_search(["other"], [1], model=MODEL)) == ["d"]
+
+    async def test_a_changed_text_drops_the_vector(self, vstore: Made) -> None:
+        store = as_vectors(vstore)
+        a = doc("coffee black")
+        await put(store, "ns", a)
+        await store.async_save_vectors("ns", MODEL, [vec(a, 1, 0)])
+        changed = a.model_copy(update={"metadata": {SEARCH_TEXT: "tea, green"}})
+        await put(store, "ns", changed)
+        assert await store.async_vector_search(["ns"], [1, 0], model=MODEL) == []
+        assert await store.async_missing_vectors(["ns"], MODEL) == [changed]
+        unsearchable = a.model_copy(update={"metadata": {}})
+        await put(store, "ns", unsearchable)
+        assert await store.async_missing_vectors(["ns"], MODEL) == []
+        assert await store.async_save_vectors("ns", MODEL, [vec(a, 1, 0)]) == 0
+
+    async def test_the_same_text_saved_again_is_found_or_reported_missing(
+        self, vstore: Made
+    ) -> None:
+        store = as_vectors(vstore)
+        a = doc("coffee black", importance=0.5)
+        await put(store, "ns", a)
+        await store.async_save_vectors("ns", MODEL, [vec(a, 1, 0)])
+        again = a.model_copy(update={"importance": 0.9, "content": {"text": "coffee, again"}})
+        await put(store, "ns", again)
+        hits = await store.async_vector_search(["ns"], [1, 0], model=MODEL)
+        missing = await store.async_missing_vectors(["ns"], MODEL)
+        # A store may keep the vector (same text) or drop it; never both, never the old entry.
+        assert (contents(hits), missing) in ((["coffee, again"], []), ([], [again]))
+        if hits:
+            assert hits[0].entry.importance == 0.9
+
+    async def test_a_key_taken_over_drops_the_holders_vector(self, vstore: Made) -> None:
+        store = as_vectors(vstore)
+        old, new = doc("old value", key="k"), doc("new value", key="k")
+        await put(store, "ns", old)
+        await store.async_save_vectors("ns", MODEL, [vec(old, 1, 0)])
+        await put(store, "ns", new)
+        assert await store.async_vector_search(["ns"], [1, 0], model=MODEL) == []
+
+    async def test_namespaces_importance_and_limit(self, vstore: Made) -> None:
+        store = as_vectors(vstore)
+        low, high, far = doc("low", importance=0.2), doc("high", importance=0.8), doc("far")
+        await put(store, "ns", low, high)
+        await put(store, "elsewhere", far)
+        await store.async_save_vectors("ns", MODEL, [vec(low, 1, 0), vec(high, 1, 1)])
+        await store.async_save_vectors("elsewhere", MODEL, [vec(far, 1, 0.1)])
+        search = store.async_vector_search
+        assert contents(await search(["ns"], [1, 0], model=MODEL)) == ["low", "high"]
+        assert contents(await search(["ns"], [1, 0], model=MODEL, min_importance=0.5)) == ["high"]
+        both = await search(["ns", "elsewhere", "ns"], [1, 0], model=MODEL, limit=2)
+        assert contents(both) == ["low", "far"]
+        assert await search(["nowhere"], [1, 0], model=MODEL) == []
+        assert await search([], [1, 0], model=MODEL) == []
+
+    async def test_ties_go_to_importance_then_insertion(self, vstore: Made) -> None:
+        store = as_vectors(vstore)
+        first, second, important = doc("first"), doc("second"), doc("important", importance=0.9)
+        await put(store, "ns", first, second, important)
+        same = [vec(first, 1, 1), vec(second, 1, 1), vec(important, 1, 1)]
+        await store.async_save_vectors("ns", MODEL, same)
+        hits = await store.async_vector_search(["ns"], [1, 1], model=MODEL)
+        assert contents(hits) == ["important", "first", "second"]
+
+    async def test_missing_vectors_oldest_first_up_to_limit(self, vstore: Made) -> None:
+        store = as_vectors(vstore)
+        entries = [doc(f"text {i}") for i in range(5)]
+        await put(store, "ns", *entries, doc(None))
+        await store.async_save_vectors("ns", MODEL, [vec(entries[1], 1)])
+        assert await store.async_missing_vectors(["ns"], MODEL, limit=3) == [
+            entries[0],
+            entries[2],
+            entries[3],
+        ]
+        assert len(await store.async_missing_vectors(["ns", "ns"], MODEL)) == 4
+        assert await store.async_missing_vectors(["empty"], MODEL) == []
+
+    async def test_vectors_of_a_call_share_their_dimensions(self, vstore: Made) -> None:
+        store = as_vectors(vstore)
+        a, b = doc("a"), doc("b")
+        await put(store, "ns", a, b)
+        with pytest.raises(ValueError, match="same dimensions"):
+            await store.async_save_vectors("ns", MODEL, [vec(a, 1, 0), vec(b, 1, 0, 0)])
+        assert await store.async_vector_search(["ns"], [1, 0], model=MODEL) == []
+
+    @pytest.mark.parametrize(
+        ("kwargs", "error", "name"),
+        [
+            ({"vector": "1 0"}, TypeError, "vector"),
+            ({"vector": [1, "0"]}, TypeError, "vector"),
+            ({"vector": []}, ValueError, "vector"),
+            ({"vector": [math.nan, 1]}, ValueError, "vector"),
+            ({"vector": [0.0, 0.0]}, ValueError, "vector"),
+            ({"model": 42}, TypeError, "model"),
+            ({"model": ""}, ValueError, "model"),
+            ({"namespaces": "ns"}, TypeError, "namespaces"),
+            ({"namespaces": [""]}, ValueError, "namespace"),
+            ({"limit": 0}, ValueError, "limit"),
+            ({"limit": 1.5}, TypeError, "limit"),
+            ({"min_importance": 2}, ValueError, "min_importance"),
+        ],
+    )
+    async def test_bad_search_arguments_are_named(
+        self, vstore: Made, kwargs: dict[str, Any], error: type[Exception], name: str
+    ) -> None:
+        args: dict[str, Any] = {"namespaces": ["ns"], "vector": [1.0, 0.0], "model": MODEL}
+        args.update(kwargs)
+        with pytest.raises(error, match=name):
+            await as_vectors(vstore).async_vector_search(**args)
+
+    @pytest.mark.parametrize(
+        ("args", "error", "name"),
+        [
+            (("ns", 42, []), TypeError, "model"),
+            (("", MODEL, []), ValueError, "namespace"),
+            (("ns", MODEL, "vectors"), TypeError, "vectors"),
+            (("ns", MODEL, [("id", "digest", [1.0])]), TypeError, "EntryVector"),
+            (("ns", MODEL, [EntryVector("id", "d", [math.inf])]), ValueError, "vector"),
+            (("ns", MODEL, [EntryVector(1, "d", [1.0])]), TypeError, "entry_id"),  # type: ignore[arg-type]  # the wrong type is the test
+        ],
+    )
+    async def test_bad_save_arguments_are_named(
+        self, vstore: Made, args: tuple[Any, ...], error: type[Exception], name: str
+    ) -> None:
+        with pytest.raises(error, match=name):
+            await as_vectors(vstore).async_save_vectors(*args)
+        with pytest.raises(TypeError, match="model"):
+            await as_vectors(vstore).async_missing_vectors(["ns"], None)  # type: ignore[arg-type]  # the wrong type is the test
+
+
+@pytest.fixture(params=LOCAL_VECTOR_STORES)
+async def vstore(
+    request: pytest.FixtureRequest, impl: _backend.Implementation, tmp_path: Path
+) -> AsyncIterator[Made]:
+    """Each local store kind, built by ``impl``."""
+    async for made in open_store(request.param, request, tmp_path):
+        yield made
+
+
+class TestLocalStoresKeepTheVectorContract(VectorStoreContract):
+    """InMemoryStore, FileStore and SQLiteStore keep every rule of VectorStore, on both paths."""
+
+
+class TestReadOnlyStoresTakeNoVectors:
+    """A store opened read-only refuses save_vectors and still searches the vectors it has."""
+
+    @pytest.mark.parametrize("kind", ["file"])
+    def test_persistent(self, kind: str, impl: _backend.Implementation, tmp_path: Path) -> None:
+        path = tmp_path / "store"
+        kinds: dict[str, Any] = {"sqlite": SQLiteStore, "file": FileStore}
+        writer: VectorStore = kinds[kind](path)
+        a = doc("coffee black")
+        writer.save("ns", a)
+        assert writer.save_vectors("ns", MODEL, [vec(a, 1, 0)]) == 1
+        writer.close()
+        reader: VectorStore = kinds[kind](path, read_only=True)
+        with pytest.raises(ReadOnlyStoreError):
+            reader.save_vectors("ns", MODEL, [vec(a, 1, 0)])
+        assert contents(reader.vector_search(["ns"], [1, 0], model=MODEL)) == ["coffee black"]
+        assert reader.missing_vectors(["ns"], MODEL) == []
+        reader.close()
+
+    def test_memory(self, impl: _backend.Implementation) -> None:
+        with pytest.raises(ReadOnlyStoreError):
+            InMemoryStore(read_only=True).save_vectors("ns", MODEL, [])
+
+
+class TestFileStoreVectorsLiveInTheLog:
+    """FileStore's vectors are lines of the namespace log: reopened, replayed, compacted."""
+
+    def test_a_reopened_store_finds_them(self, tmp_path: Path) -> None:
+        a = doc("coffee black")
+        with FileStore(tmp_path) as store:
+            store.save("ns", a)
+            store.save_vectors("ns", MODEL, [vec(a, 1, 0)])
+        with FileStore(tmp_path) as again:
+            assert contents(again.vector_search(["ns"], [1, 0], model=MODEL)) == ["coffee black"]
+            assert again.missing_vectors(["ns"], MODEL) == []
+
+    def test_another_writer_changing_the_text_drops_the_vector(self, tmp_path: Path) -> None:
+        a = doc("coffee black")
+        first, second = FileStore(tmp_path), FileStore(tmp_path)
+        first.save("ns", a)
+        first.save_vectors("ns", MODEL, [vec(a, 1, 0)])
+        assert contents(second.vector_search(["ns"], [1, 0], model=MODEL)) == ["coffee black"]
+        second.save("ns", a.model_copy(update={"metadata": {SEARCH_TEXT: "tea"}}))
+        assert first.vector_search(["ns"], [1, 0], model=MODEL) == []
+        # A vector made from the old text, saved late by the first store, is refused.
+        assert first.save_vectors("ns", MODEL, [vec(a, 1, 0)]) == 0
+
+    def test_compaction_keeps_vectors(self, tmp_path: Path) -> None:
+        store = FileStore(tmp_path)
+        entries = [doc(f"fact {i}", key=f"k{i}") for i in range(40)]
+        store.save_many("ns", entries)
+        store.save_vectors("ns", MODEL, [vec(e, 1, i) for i, e in enumerate(entries)])
+        path = tmp_path / namespace_filename("ns")
+        assert path.read_bytes().count(b'"op": "vectors"') == 1  # one line for the batch
+        for _ in range(60):  # 2 KB puts of one entry (same text): the log is compacted
+            store.save("ns", entries[0].model_copy(update={"content": {"text": "x" * 2000}}))
+        # The compacted file holds one vectors line per entry.
+        assert path.read_bytes().count(b'"op": "vectors"') == 40
+        top = FileStore(tmp_path).vector_search(["ns"], [0, 1], model=MODEL, limit=1)
+        assert top[0].entry.key == "k39"
+
+    def test_a_vectors_line_cut_short_is_ignored(self, tmp_path: Path) -> None:
+        a, b = doc("alpha"), doc("beta")
+        store = FileStore(tmp_path)
+        store.save_many("ns", [a, b])
+        store.save_vectors("ns", MODEL, [vec(a, 1, 0)])
+        path = tmp_path / namespace_filename("ns")
+        whole = path.read_bytes()
+        store.save_vectors("ns", MODEL, [vec(b, 0, 1)])
+        path.write_bytes(path.read_bytes()[: len(whole) + 20])  # a crash mid-append
+        reader = FileStore(tmp_path)
+        assert contents(reader.vector_search(["ns"], [0, 1], model=MODEL)) == ["alpha"]
+        assert reader.save_vectors("ns", MODEL, [vec(b, 0, 1)]) == 1
+        assert contents(FileStore(tmp_path).vector_search(["ns"], [0, 1], model=MODEL)) == [
+            "beta",
+            "alpha",
+        ]
+
+    def test_a_damaged_vector_is_a_corrupt_store(self, tmp_path: Path) -> None:
+        a = doc("alpha")
+        store = FileStore(tmp_path)
+        store.save("ns", a)
+        store.save_vectors("ns", MODEL, [vec(a, 1, 0)])
+        path = tmp_path / namespace_filename("ns")
+        path.write_bytes(path.read_bytes().replace(b'"vector": "', b'"vector": "!'))
+        with pytest.raises(CorruptStoreError, match="corrupt memlane file"):
+            FileStore(tmp_path).vector_search(["ns"], [1, 0], model=MODEL)
