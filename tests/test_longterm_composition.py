@@ -19,40 +19,45 @@ def _public(names: list[str]) -> list[str]:
 
 
 class TestEmbedderSlot:
-    """The constructor keeps an embedder for semantic search, checked, and unused for now."""
+    """The constructor resolves its embedder the pydantic-ai way and checks it."""
 
     def test_none_by_default(self) -> None:
-        assert LongTermMemory().embedder is None
+        memory = LongTermMemory()
+        assert memory.embedder is None
+        assert memory.embedding_model is None
 
     @pytest.mark.parametrize(
-        "embedder",
+        ("embedder", "model_id"),
         [
-            "openai:text-embedding-3-small",
-            TestEmbeddingModel(),
-            Embedder(TestEmbeddingModel()),
+            ("openai:text-embedding-3-small", "openai:text-embedding-3-small"),
+            (TestEmbeddingModel(), "test:test"),
+            ("local", "wordllama:l2_supercat"),
         ],
-        ids=["name", "model", "embedder"],
+        ids=["name", "model", "local"],
     )
-    def test_kept_as_given(self, embedder: object) -> None:
+    def test_resolved_to_an_embedder(self, embedder: object, model_id: str) -> None:
         memory = LongTermMemory(embedder=embedder)  # type: ignore[arg-type]  # the test builds each kind
-        assert memory.embedder is embedder
-        # Not used yet: words are still matched, as without one.
-        memory.remember("timezone", "Australia/Adelaide")
-        assert [f.key for f in memory.recall(query="adelaide")] == ["timezone"]
+        assert isinstance(memory.embedder, Embedder)
+        assert memory.embedding_model == model_id
+
+    def test_an_embedder_is_kept_as_given(self) -> None:
+        embedder = Embedder(TestEmbeddingModel())
+        assert LongTermMemory(embedder=embedder).embedder is embedder
 
     @pytest.mark.parametrize("bad", [42, object(), b"openai:x", ["openai:x"]])
     def test_anything_else_is_a_type_error_naming_it(self, bad: object) -> None:
         with pytest.raises(TypeError, match=r"^embedder must be .*not "):
             LongTermMemory(embedder=bad)  # type: ignore[arg-type]  # what a caller might pass
 
-    def test_an_empty_name_is_a_value_error(self) -> None:
-        with pytest.raises(ValueError, match="embedder must be a non-empty model name"):
-            LongTermMemory(embedder="  ")
+    @pytest.mark.parametrize("bad", ["  ", "nosuchprovider:model", "no-provider"])
+    def test_a_bad_name_is_a_value_error(self, bad: str) -> None:
+        with pytest.raises(ValueError, match=r"^embedder "):
+            LongTermMemory(embedder=bad)
 
     def test_read_only(self) -> None:
         memory = LongTermMemory()
         with pytest.raises(AttributeError):
-            memory.embedder = "openai:x"  # type: ignore[misc]  # the property has no setter
+            memory.embedder = None  # type: ignore[misc]  # the property has no setter
 
 
 class TestOneStore:
@@ -109,7 +114,7 @@ class TestPublicApiOnly:
             for n in _public(dir(LongTermMemory))
             if callable(getattr(LongTermMemory, n)) and not n.startswith("async_")
         ]
-        assert len(methods) == 22
+        assert len(methods) == 25
         for name in methods:
             sync = getattr(LongTermMemory, name)
             twin = getattr(LongTermMemory, f"async_{name}")

@@ -4,7 +4,7 @@ A write (``remember``, ``record_episode``, …) returns as soon as its record is
 memory then hands the stored entries to its writer (:meth:`VectorWriter.submit`: a lock and
 an append, no I/O). One worker thread, started when there is work and gone when there is
 none, takes up to :attr:`VectorWriter.batch_size` entries at a time, embeds their search texts
-in one call to the embedder and attaches the vectors with the store's ``save_vectors``. Until
+in one call to the embedder (waiting up to :data:`LINGER` for a batch to fill) and attaches the vectors with the store's ``save_vectors``. Until
 then the record is found by keyword; :meth:`VectorWriter.flush` waits for everything submitted
 so far.
 
@@ -40,7 +40,11 @@ if TYPE_CHECKING:
     from memlane.stores.protocol import VectorStore
     from memlane.types import MemoryEntry
 
-__all__ = ["VectorWriter"]
+__all__ = ["LINGER", "VectorWriter"]
+
+LINGER = 0.02
+"""Seconds the worker waits for a batch to fill before embedding what it has, unless a
+``flush`` is waiting: the request path never waits for it."""
 
 _CACHED = 1024
 """Vectors remembered by text digest: a confirmed fact re-saved with the same text (which a
@@ -81,6 +85,7 @@ class VectorWriter:
         self._submitted = 0
         self._finished = 0
         self._working = False
+        self._waiting = 0  # flush() calls waiting: the worker stops lingering for them
         self._closed = False
         self._errors: list[Exception] = []
         self._cache: OrderedDict[str, array[float]] = OrderedDict()
@@ -135,6 +140,12 @@ class VectorWriter:
                     self._working = False
                     self._guard.notify_all()
                     return
+                # A write that woke the worker is usually followed by more: waiting a moment
+                # makes one call of many texts out of many calls of one, unless someone waits.
+                self._guard.wait_for(
+                    lambda: len(self._pending) >= self._batch_size or self._waiting > 0,
+                    timeout=LINGER,
+                )
                 take = min(self._batch_size, len(self._pending))
                 batch = [self._pending.popleft() for _ in range(take)]
             try:
@@ -190,7 +201,12 @@ class VectorWriter:
         self._forked()
         with self._guard:
             target = self._submitted
-            self._guard.wait_for(lambda: self._finished >= target)
+            self._waiting += 1
+            self._guard.notify_all()
+            try:
+                self._guard.wait_for(lambda: self._finished >= target)
+            finally:
+                self._waiting -= 1
             errors, self._errors = self._errors, []
         if errors:
             raise errors[0]

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 # pydantic-ai is imported where messages are read or written, not with long-term memory.
 
 __all__ = [
+    "ACTION_TEXT",
     "EPISODES_NAMESPACE",
     "Episode",
     "EpisodeOutcome",
@@ -43,6 +44,10 @@ __all__ = [
     "run_timing",
 ]
 
+
+ACTION_TEXT = 500
+"""At most this many characters of an action's arguments, and of its result, join the
+episode's search text."""
 
 EPISODES_NAMESPACE = namespace("longterm", "episodes")
 """The namespace every episode is stored in, keyed by :attr:`Episode.id`."""
@@ -121,8 +126,21 @@ class Episode(BaseModel):
         return messages
 
     def search_text(self) -> str:
-        """What recall's fuzzy search matches: the trigger, the input and the output."""
+        """What an episode is found by (recall's fuzzy rule, ranked and semantic search): the
+        trigger, the input, the output, the error and the actions (each tool with its
+        arguments and result, the latter two cut at :data:`ACTION_TEXT` characters so one
+        large tool result does not drown the rest)."""
         texts = [self.trigger, render_value(self.input), render_value(self.outcome.output)]
+        if self.outcome.error:
+            texts.append(self.outcome.error)
+        for action in self.actions:
+            parts = [str(action.get("tool", ""))]
+            parts.extend(
+                render_value(action[field])[:ACTION_TEXT]
+                for field in ("args", "result")
+                if action.get(field) is not None
+            )
+            texts.append(" ".join(parts))
         return "\n".join(texts)
 
 

@@ -34,7 +34,7 @@ from memlane.longterm.episode_model import (
     run_timing,
 )
 from memlane.longterm.fuzzy import matches_words
-from memlane.longterm.storage import StoragePart
+from memlane.longterm.storage import StoragePart, async_writing_method, writing_method
 
 if TYPE_CHECKING:
     from pydantic_ai.messages import ModelMessage
@@ -129,8 +129,8 @@ class Episodes(StoragePart):
         )
         return _save(episode)
 
-    record_episode = sync_method(_record_episode)
-    async_record_episode = async_method(_record_episode)
+    record_episode = writing_method(_record_episode)
+    async_record_episode = async_writing_method(_record_episode)
 
     def _episode_from_run(
         self,
@@ -197,8 +197,8 @@ class Episodes(StoragePart):
         )
         return _save(episode)
 
-    episode_from_run = sync_method(_episode_from_run)
-    async_episode_from_run = async_method(_episode_from_run)
+    episode_from_run = writing_method(_episode_from_run)
+    async_episode_from_run = async_writing_method(_episode_from_run)
 
     def _episodes(
         self,
@@ -252,7 +252,8 @@ def load_episodes_plan() -> Plan[list[Episode]]:
 
 
 def search_episodes_plan(words: list[str], limit: int) -> Plan[list[Episode]]:
-    """Episodes whose trigger, input or output match ``words`` by the fuzzy rule.
+    """Episodes whose search text (trigger, input, output, error, actions) matches ``words``
+    by the fuzzy rule.
 
     Recall's search for ``memory_type="episodes"``: most recent first, at most ``limit``.
     """

@@ -11,25 +11,22 @@ is written once as a plan (see :mod:`memlane._runner`) and becomes a sync method
 writers racing on one key, in one process or many, each change lands exactly once, so two
 processes confirming a fact 20 times each leave one fact confirmed 39 times.
 
-Plans the other parts of long-term memory build on (module functions: they need no state, and
-take arguments already checked):
+``remember_many`` remembers a batch under the same rules, one compare-and-swap per fact, and
+hands the batch's texts to the embedder together. ``remember(..., dedupe=0.92)`` first looks
+for a fact of the same scope whose value means the same, and confirms it instead of adding a
+near-duplicate under a new key.
 
-* :func:`remember_plan` — ``remember`` without the argument checks.
-* :func:`delete_fact_plan` — ``forget`` without them.
-* :func:`find_fact_plan` — ``get_fact`` from the visible scopes.
-* :func:`scope_facts_plan` — every fact of one scope id.
+The plans other parts build on (``remember_plan``, ``delete_fact_plan``, ``find_fact_plan``,
+``scope_facts_plan``, ``read_fact``) live in :mod:`memlane.longterm.fact_plans` and are
+re-exported here.
 """
 
 from __future__ import annotations
 
-import json
-import uuid
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
-
-from pydantic import ValidationError
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from memlane._runner import (
-    Delete,
     Load,
     LoadByKey,
     Namespaces,
@@ -39,15 +36,17 @@ from memlane._runner import (
     async_method,
     sync_method,
 )
-from memlane._validate import check_fraction
-from memlane.errors import CorruptStoreError
-from memlane.longterm.fact_model import (
-    Fact,
-    FactRevision,
-    FactScope,
-    FactType,
-    RememberResult,
-    render_value,
+from memlane._validate import check_fraction, type_name
+from memlane.longterm.fact_model import Fact, FactScope, FactType, RememberResult
+from memlane.longterm.fact_plans import (
+    delete_fact_plan,
+    fact_entry,
+    find_fact_plan,
+    near_duplicate_plan,
+    plain_copy,
+    read_fact,
+    remember_plan,
+    scope_facts_plan,
 )
 from memlane.longterm.fact_scopes import (
     FACTS_PREFIX,
@@ -59,10 +58,14 @@ from memlane.longterm.fact_scopes import (
     fact_namespace,
 )
 from memlane.longterm.namespaces import parse_namespace
-from memlane.longterm.storage import Storage, StoragePart
+from memlane.longterm.storage import (
+    Storage,
+    StoragePart,
+    async_writing_method,
+    writing_method,
+)
 from memlane.longterm.value_checks import check_enum, check_json_value
-from memlane.stores.protocol import SEARCH_TEXT
-from memlane.types import MemoryEntry, MemoryScope, new_entry, utc_now
+from memlane.types import MemoryEntry, utc_now
 
 if TYPE_CHECKING:
     from memlane.longterm.users import Users
@@ -74,58 +77,13 @@ __all__ = [
     "check_key",
     "check_scope",
     "delete_fact_plan",
+    "fact_entry",
     "fact_namespace",
     "find_fact_plan",
     "read_fact",
     "remember_plan",
     "scope_facts_plan",
 ]
-
-
-_SCALARS = (str, int, float)
-_PLAIN_SCALARS = (str, int, float, bool)
-
-
-def _same_value(a: Any, b: Any) -> bool:
-    """JSON equality: ``1`` and ``True`` differ, key order does not matter."""
-    if type(a) is type(b) and type(a) in _SCALARS:  # the common case, without two dumps
-        return bool(a == b)
-    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
-
-
-def _plain_copy(value: Any) -> Any:
-    """A checked JSON value as stored: its own copy, tuples as lists (scalars as they are)."""
-    if type(value) in _PLAIN_SCALARS or value is None:
-        return value
-    return json.loads(json.dumps(value))
-
-
-def read_fact(entry: MemoryEntry, where: str) -> Fact:
-    """The fact an entry of namespace ``where`` holds.
-
-    Raises:
-        CorruptStoreError: It holds none; names the key and the namespace.
-    """
-    try:
-        return Fact.model_validate(entry.content)
-    except ValidationError as exc:
-        raise CorruptStoreError(f"corrupt fact {entry.key!r} in {where}: {exc}") from exc
-
-
-def _entry(fact: Fact, entry_id: str | None = None) -> MemoryEntry:
-    # The confidence is the entry's importance, so a store's search filters and ranks by it.
-    # Built without validation: every field comes from a validated Fact.
-    return new_entry(
-        entry_id=uuid.uuid4().hex if entry_id is None else entry_id,
-        scope=MemoryScope.LONG_TERM,
-        key=fact.key,
-        content=fact.model_dump(mode="json"),
-        metadata={SEARCH_TEXT: f"{fact.key} {render_value(fact.value)}"},
-        created_at=utc_now(),
-        expires_at=None,
-        importance=fact.confidence,
-        version=0,
-    )
 
 
 class Facts(StoragePart):
@@ -164,6 +122,7 @@ class Facts(StoragePart):
         fact_type: FactType | str = "world_knowledge",
         confidence: float = 0.8,
         overwrite: bool = True,
+        dedupe: float | None = None,
     ) -> Plan[RememberResult]:
         """Remembers that ``key`` is ``value`` in a scope; what happened, and the fact.
 
@@ -175,6 +134,11 @@ class Facts(StoragePart):
           replaced, the old one joins ``history`` with when it was replaced,
           ``times_confirmed`` + 1 and the confidence becomes the given one.
         * ``skipped``: it held the key and ``overwrite`` is false; nothing is written.
+
+        With ``dedupe`` (a cosine threshold, e.g. ``0.92``; off by default) and a scope that
+        does not hold ``key``, a fact of the same scope whose value means the same (its
+        value's embedding at least that close to ``value``'s) is ``confirmed`` instead, and
+        returned: no near-duplicate is added under a new key. It needs an embedder.
 
         A fact keeps the ``fact_type`` and ``created_at`` it was created with. Safe under
         concurrent writers in any number of processes: each call lands exactly once.
@@ -189,6 +153,8 @@ class Facts(StoragePart):
                 ``correction`` or ``relationship``.
             confidence: 0.0–1.0.
             overwrite: Whether a different value replaces a held one.
+            dedupe: ``None`` (off), or 0.0–1.0: how close in meaning a held value must be
+                to be confirmed instead.
 
         Returns:
             A :class:`~memlane.longterm.model.RememberResult`.
@@ -196,17 +162,27 @@ class Facts(StoragePart):
         Raises:
             TypeError: A wrongly typed argument, or ``value`` not plain JSON; the message
                 names the argument. Nothing is written.
-            ValueError: An unknown ``scope`` or ``fact_type``, ``confidence`` outside
-                0.0–1.0, an empty key, or a missing (or, for ``global``, given)
-                ``scope_id``. Nothing is written.
+            ValueError: An unknown ``scope`` or ``fact_type``, ``confidence`` or ``dedupe``
+                outside 0.0–1.0, an empty key, a missing (or, for ``global``, given)
+                ``scope_id``, or ``dedupe`` without an embedder (names ``embedder``).
+                Nothing is written.
         """
         key = check_key(key)
-        value = _plain_copy(check_json_value(value, "value"))
+        value = plain_copy(check_json_value(value, "value"))
         checked_scope, checked_id = check_scope(scope, scope_id)
         kind = check_enum(fact_type, FactType, "fact_type")
         confidence = check_fraction(confidence, "confidence")
         if not isinstance(overwrite, bool):
             raise TypeError(f"overwrite must be bool, not {type(overwrite).__name__}")
+        if dedupe is not None:
+            dedupe = check_fraction(dedupe, "dedupe")
+            if self._storage.embedder is None:
+                raise ValueError("dedupe needs an embedder: pass embedder= to the memory")
+            same = yield from near_duplicate_plan(
+                self._storage, key, value, checked_scope, checked_id, dedupe
+            )
+            if same is not None:
+                key, value = same.key, same.value
         result = yield from remember_plan(
             key, value, checked_scope, checked_id, kind, confidence, overwrite
         )
@@ -214,8 +190,61 @@ class Facts(StoragePart):
             yield from self._preferences_changed_plan(checked_scope, checked_id)
         return result
 
-    remember = sync_method(_remember)
-    async_remember = async_method(_remember)
+    remember = writing_method(_remember)
+    async_remember = async_writing_method(_remember)
+
+    def _remember_many(
+        self,
+        facts: Mapping[str, Any] | Iterable[tuple[str, Any]],
+        *,
+        scope: FactScope | str = "global",
+        scope_id: str | None = None,
+        fact_type: FactType | str = "world_knowledge",
+        confidence: float = 0.8,
+        overwrite: bool = True,
+    ) -> Plan[list[RememberResult]]:
+        """Remembers many facts of one scope, each as ``remember`` would; what happened to each.
+
+        Every fact is checked before anything is written. Each is written with its own
+        compare-and-swap (safe under concurrent writers, as ``remember`` is), and with an
+        embedder their texts are embedded together, in batches, after the call returns.
+
+        Args:
+            facts: ``{key: value}``, or ``(key, value)`` pairs in order (a key given twice
+                is remembered twice: created, then confirmed or updated).
+            scope: As for ``remember``, for all of them.
+            scope_id: As for ``remember``.
+            fact_type: As for ``remember``.
+            confidence: As for ``remember``.
+            overwrite: As for ``remember``.
+
+        Returns:
+            One :class:`~memlane.longterm.model.RememberResult` per fact, in order.
+
+        Raises:
+            TypeError, ValueError: As ``remember``, for any fact or setting (the message
+                names it), or ``facts`` is neither a mapping nor pairs. Nothing is written.
+        """
+        pairs = _pairs(facts)
+        checked_scope, checked_id = check_scope(scope, scope_id)
+        kind = check_enum(fact_type, FactType, "fact_type")
+        confidence = check_fraction(confidence, "confidence")
+        if not isinstance(overwrite, bool):
+            raise TypeError(f"overwrite must be bool, not {type(overwrite).__name__}")
+        results: list[RememberResult] = []
+        for key, value in pairs:
+            result = yield from remember_plan(
+                key, value, checked_scope, checked_id, kind, confidence, overwrite
+            )
+            results.append(result)
+        if any(
+            r.status != "skipped" and r.fact.fact_type is FactType.USER_PREFERENCE for r in results
+        ):
+            yield from self._preferences_changed_plan(checked_scope, checked_id)
+        return results
+
+    remember_many = writing_method(_remember_many)
+    async_remember_many = async_writing_method(_remember_many)
 
     def _preferences_changed_plan(self, scope: FactScope, scope_id: str | None) -> Plan[None]:
         """Keeps a user's cached preferences in step when a preference fact of theirs changed."""
@@ -266,11 +295,11 @@ class Facts(StoragePart):
                     "updated_at": utc_now(),
                 }
             )
-            if (yield SaveIf(where, _entry(fact, held.entry_id), held.version)):
+            if (yield SaveIf(where, fact_entry(fact, held.entry_id), held.version)):
                 return fact
 
-    contradict = sync_method(_contradict)
-    async_contradict = async_method(_contradict)
+    contradict = writing_method(_contradict)
+    async_contradict = async_writing_method(_contradict)
 
     def _forget(
         self, key: str, *, scope: FactScope | str = "global", scope_id: str | None = None
@@ -366,93 +395,17 @@ class Facts(StoragePart):
     async_facts = async_method(_facts)
 
 
-def remember_plan(
-    key: str,
-    value: Any,
-    scope: FactScope,
-    scope_id: str | None,
-    fact_type: FactType,
-    confidence: float,
-    overwrite: bool,
-) -> Plan[RememberResult]:
-    """``remember`` with arguments already checked (``value`` plain JSON, lists not tuples).
-
-    Keeps no cached preferences in step: a caller that changes a ``user_preference`` fact
-    refreshes them (users do, after merging facts). The compare-and-swap retry loop is here.
-    """
-    where = fact_namespace(scope, scope_id)
-    while True:
-        held: MemoryEntry | None = yield LoadByKey(where, key)
-        now = utc_now()
-        if held is None:
-            fact = Fact(
-                key=key,
-                value=value,
-                fact_type=fact_type,
-                scope=scope,
-                scope_id=scope_id,
-                confidence=confidence,
-                created_at=now,
-                updated_at=now,
-            )
-            if (yield SaveIf(where, _entry(fact), None)):
-                return RememberResult(status="created", fact=fact)
-            continue
-        old = read_fact(held, where)
-        status: Literal["confirmed", "updated"]
-        if _same_value(old.value, value):
-            status = "confirmed"
-            fact = old.model_copy(
-                update={
-                    "times_confirmed": old.times_confirmed + 1,
-                    "confidence": max(old.confidence, confidence),
-                    "updated_at": now,
-                }
-            )
-        elif not overwrite:
-            return RememberResult(status="skipped", fact=old)
-        else:
-            status = "updated"
-            revision = FactRevision(value=old.value, replaced_at=now)
-            fact = old.model_copy(
-                update={
-                    "value": value,
-                    "times_confirmed": old.times_confirmed + 1,
-                    "confidence": confidence,
-                    "updated_at": now,
-                    "history": [*old.history, revision],
-                }
-            )
-        new = _entry(fact, held.entry_id)
-        if (yield SaveIf(where, new, held.version)):
-            return RememberResult(status=status, fact=fact)
-
-
-def delete_fact_plan(key: str, scope: FactScope, scope_id: str | None) -> Plan[Fact | None]:
-    """Deletes the fact ``key`` of one scope id (arguments checked); the fact, if it was there.
-
-    Keeps no cached preferences in step (see :func:`remember_plan`).
-    """
-    where = fact_namespace(scope, scope_id)
-    held: MemoryEntry | None = yield LoadByKey(where, key)
-    if held is None:
-        return None
-    deleted: bool = yield Delete(where, held.entry_id)
-    return read_fact(held, where) if deleted else None
-
-
-def find_fact_plan(key: str, visible: list[tuple[FactScope, str | None]]) -> Plan[Fact | None]:
-    """The fact ``key`` of the first of the ``visible`` scopes (most specific first) holding it."""
-    for scope, scope_id in visible:
-        where = fact_namespace(scope, scope_id)
-        held: MemoryEntry | None = yield LoadByKey(where, key)
-        if held is not None:
-            return read_fact(held, where)
-    return None
-
-
-def scope_facts_plan(scope: FactScope, scope_id: str | None) -> Plan[list[Fact]]:
-    """Every fact of one scope id, in creation order (arguments already checked)."""
-    where = fact_namespace(scope, scope_id)
-    entries: list[MemoryEntry] = yield Load(where)
-    return [read_fact(e, where) for e in entries if e.key is not None]
+def _pairs(facts: object) -> list[tuple[str, Any]]:
+    """``remember_many``'s facts as checked ``(key, plain value)`` pairs."""
+    if isinstance(facts, Mapping):
+        items: Iterable[Any] = facts.items()
+    elif isinstance(facts, str | bytes) or not isinstance(facts, Iterable):
+        raise TypeError(f"facts must be a mapping or (key, value) pairs, not {type_name(facts)}")
+    else:
+        items = facts
+    pairs: list[tuple[str, Any]] = []
+    for item in items:
+        if not isinstance(item, tuple) or len(item) != 2:
+            raise TypeError(f"facts must hold (key, value) pairs, not {type_name(item)}")
+        pairs.append((check_key(item[0]), plain_copy(check_json_value(item[1], "value"))))
+    return pairs

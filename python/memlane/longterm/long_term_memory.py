@@ -1,11 +1,11 @@
 """LongTermMemory: facts, episodes, procedures and users over one store.
 
 The class holds its parts, each in its own module, all sharing one
-:class:`~memlane.longterm.storage.Storage` (the store, and the embedder slot semantic search
-will use):
+:class:`~memlane.longterm.storage.Storage` (the store, and the embedder with the writer that
+embeds what the parts write):
 
-* :class:`~memlane.longterm.facts.Facts` — ``remember``, ``contradict``, ``forget``,
-  ``get_fact``, ``facts``;
+* :class:`~memlane.longterm.facts.Facts` — ``remember``, ``remember_many``, ``contradict``,
+  ``forget``, ``get_fact``, ``facts``;
 * :class:`~memlane.longterm.episodes.Episodes` — ``record_episode``, ``episode_from_run``,
   ``episodes``;
 * :class:`~memlane.longterm.procedures.Procedures` — ``add_procedure``,
@@ -16,7 +16,8 @@ will use):
 * :class:`~memlane.longterm.recall.Recall` and
   :class:`~memlane.longterm.ranked_search.RankedSearch` — ``recall`` and ``search`` across
   the kinds of record;
-* :class:`~memlane.longterm.forget_user.UserEraser` — ``forget_user``.
+* :class:`~memlane.longterm.forget_user.UserEraser` — ``forget_user``;
+* :class:`~memlane.longterm.vector_upkeep.VectorUpkeep` — ``flush``, ``reembed``.
 
 Each public method here forwards to its part's method of the same name (same signature and
 docstring), and every sync method has an ``async_`` twin running the same plan. Several
@@ -35,11 +36,14 @@ from memlane.longterm.forget_user import UserEraser
 from memlane.longterm.procedures import Procedures
 from memlane.longterm.ranked_search import RankedSearch
 from memlane.longterm.recall import Recall
-from memlane.longterm.storage import Storage, check_embedder
+from memlane.longterm.storage import make_storage
 from memlane.longterm.users import Users
+from memlane.longterm.vector_upkeep import VectorUpkeep
 from memlane.stores import InMemoryStore, MemoryStore
 
 if TYPE_CHECKING:
+    from pydantic_ai.embeddings import Embedder
+
     from memlane.longterm.storage import EmbedderLike
 
 __all__ = ["LongTermMemory"]
@@ -91,15 +95,20 @@ class LongTermMemory:
     Args:
         store: Where records live; a private :class:`~memlane.stores.InMemoryStore` by
             default. Share a persistent store between processes to share what they learn.
-        embedder: The embedder semantic search will use: a pydantic-ai
-            :class:`~pydantic_ai.embeddings.Embedder`,
-            :class:`~pydantic_ai.embeddings.EmbeddingModel` or model name. Kept in the slot
-            every part shares, and not used yet: until semantic search arrives, recall and
-            search match words, with or without it.
+        embedder: What turns records and queries into vectors, for search by meaning: a
+            pydantic-ai :class:`~pydantic_ai.embeddings.Embedder` or
+            :class:`~pydantic_ai.embeddings.EmbeddingModel`, a model name pydantic-ai infers
+            (``"openai:text-embedding-3-small"``), or ``"local"`` (WordLlama, offline:
+            ``pip install memlane[embed]``). With one, facts, episodes and procedures are
+            embedded in the background as they are written (``flush`` waits), and
+            ``search`` is hybrid by default. The store must keep vectors (every memlane
+            store does).
 
     Raises:
-        TypeError: ``embedder`` is none of those (the message names it).
-        ValueError: ``embedder`` is an empty name.
+        TypeError: ``embedder`` is none of those (the message names it), or the store keeps
+            no vectors.
+        ValueError: ``embedder`` is an empty or unknown name.
+        ImportError: ``"local"`` without WordLlama (the message names ``memlane[embed]``).
 
     Example:
         >>> memory = LongTermMemory()
@@ -115,7 +124,7 @@ class LongTermMemory:
     def __init__(
         self, store: MemoryStore | None = None, *, embedder: EmbedderLike | None = None
     ) -> None:
-        storage = Storage(store if store is not None else InMemoryStore(), check_embedder(embedder))
+        storage = make_storage(store if store is not None else InMemoryStore(), embedder)
         self._storage = storage
         self._users = Users(storage)
         self._facts = Facts(
@@ -126,6 +135,7 @@ class LongTermMemory:
         self._recall = Recall(storage)
         self._search = RankedSearch(storage)
         self._eraser = UserEraser(storage)
+        self._upkeep = VectorUpkeep(storage)
 
     @property
     def store(self) -> MemoryStore:
@@ -133,9 +143,15 @@ class LongTermMemory:
         return self._storage.store
 
     @property
-    def embedder(self) -> EmbedderLike | None:
-        """The embedder given to the constructor, or ``None``; not used yet (see the class)."""
+    def embedder(self) -> Embedder | None:
+        """The embedder, as a pydantic-ai ``Embedder`` (the one given, or one made from the
+        model or name given), or ``None``."""
         return self._storage.embedder
+
+    @property
+    def embedding_model(self) -> str | None:
+        """The embedder's id kept beside each vector (``"wordllama:l2_supercat"``), or ``None``."""
+        return self._storage.model
 
     def __dir__(self) -> list[str]:
         # The parts are held privately: what an instance lists is the public API.
@@ -145,6 +161,8 @@ class LongTermMemory:
 
     remember = _forward(lambda m: m._facts, Facts.remember)
     async_remember = _forward_async(lambda m: m._facts, Facts.async_remember)
+    remember_many = _forward(lambda m: m._facts, Facts.remember_many)
+    async_remember_many = _forward_async(lambda m: m._facts, Facts.async_remember_many)
     contradict = _forward(lambda m: m._facts, Facts.contradict)
     async_contradict = _forward_async(lambda m: m._facts, Facts.async_contradict)
     forget = _forward(lambda m: m._facts, Facts.forget)
@@ -205,3 +223,10 @@ class LongTermMemory:
     async_thread_id = _forward_async(lambda m: m._users, Users.async_thread_id)
     forget_user = _forward(lambda m: m._eraser, UserEraser.forget_user)
     async_forget_user = _forward_async(lambda m: m._eraser, UserEraser.async_forget_user)
+
+    # ------------------------------------------------------------------ vectors
+
+    flush = _forward(lambda m: m._upkeep, VectorUpkeep.flush)
+    async_flush = _forward_async(lambda m: m._upkeep, VectorUpkeep.async_flush)
+    reembed = _forward(lambda m: m._upkeep, VectorUpkeep.reembed)
+    async_reembed = _forward_async(lambda m: m._upkeep, VectorUpkeep.async_reembed)

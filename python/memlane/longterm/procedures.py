@@ -34,7 +34,7 @@ from memlane.errors import CorruptStoreError, ProcedureNotFoundError
 from memlane.longterm.fact_model import render_value
 from memlane.longterm.fuzzy import matches_words
 from memlane.longterm.namespaces import namespace
-from memlane.longterm.storage import StoragePart
+from memlane.longterm.storage import StoragePart, async_writing_method, writing_method
 from memlane.longterm.value_checks import check_enum, check_json_value
 from memlane.stores.protocol import SEARCH_TEXT
 from memlane.types import MemoryEntry, MemoryScope, as_utc, utc_now
@@ -174,8 +174,8 @@ class Procedures(StoragePart):
         stored = _procedure(entry.content)
         return Then(SaveIf(PROCEDURES_NAMESPACE, entry, None), lambda _: stored)
 
-    add_procedure = sync_method(_add_procedure)
-    async_add_procedure = async_method(_add_procedure)
+    add_procedure = writing_method(_add_procedure)
+    async_add_procedure = async_writing_method(_add_procedure)
 
     def _record_procedure_use(
         self,
@@ -225,8 +225,8 @@ class Procedures(StoragePart):
             raise ProcedureNotFoundError(f"no procedure with id {id!r}")
         return _procedure(stored)
 
-    record_procedure_use = sync_method(_record_procedure_use)
-    async_record_procedure_use = async_method(_record_procedure_use)
+    record_procedure_use = writing_method(_record_procedure_use)
+    async_record_procedure_use = async_writing_method(_record_procedure_use)
 
     def _get_procedure(self, id: str) -> Step[Procedure | None]:  # issue's name
         """The procedure with ``id``, or ``None``.

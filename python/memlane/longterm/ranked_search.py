@@ -16,6 +16,7 @@ reading the namespaces.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any, TypeGuard
 
 from memlane._runner import (
@@ -24,24 +25,34 @@ from memlane._runner import (
     LoadByKey,
     Plan,
     Search,
+    VectorSearch,
     async_method,
     run_async,
     run_sync,
     sync_method,
 )
 from memlane._validate import check_fraction, check_positive_int, check_str
+from memlane.embeddings.resolve import async_embed_query, embed_query
 from memlane.longterm.episode_model import EPISODES_NAMESPACE, Episode
 from memlane.longterm.fact_model import Fact, FactScope
 from memlane.longterm.fact_scopes import MEMORY_TYPES, check_ids, fact_namespace
+from memlane.longterm.fusion import fuse
 from memlane.longterm.procedures import PROCEDURES_NAMESPACE, Procedure
 from memlane.longterm.storage import StoragePart
 from memlane.stores import MemoryStore, SearchableStore, SearchHit
 from memlane.stores.protocol import rank_entries, search_terms
 from memlane.types import MemoryEntry
 
-__all__ = ["RankedSearch", "search_call", "search_plan"]
+__all__ = ["MIN_FETCH", "MODES", "RankedSearch", "search_call", "search_plan"]
 
 Record = Fact | Procedure | Episode
+
+MODES = ("hybrid", "semantic", "keyword")
+"""The ways ``search`` judges relevance."""
+
+MIN_FETCH = 50
+"""Hits asked of each list (keyword, semantic) at least, before fusing and filtering: fusion
+needs candidates beyond the first ``limit`` to reorder."""
 
 
 def search_plan(
@@ -94,8 +105,19 @@ class RankedSearch(StoragePart):
         session_id: str | None = None,
         user_id: str | None = None,
         agent_id: str | None = None,
+        mode: str | None = None,
     ) -> Plan[list[Any]]:
         """The records most relevant to ``query``, best first; always a list.
+
+        ``mode`` says how relevance is judged:
+
+        * ``"keyword"`` (the default without an embedder): by the query's words, below.
+        * ``"semantic"``: by meaning, the cosine similarity of the query's embedding to each
+          record's (records not embedded yet are not found this way; see ``flush``).
+        * ``"hybrid"`` (the default with an embedder): both, fused by
+          :func:`~memlane.longterm.fusion.fuse`: meaning decides, selective words add to it,
+          and a record holding an identifier of the query (``INV-48213``, an IP address)
+          comes first.
 
         A record is found when its text shares at least one word with the query (words as
         :func:`~memlane.stores.protocol.search_terms` splits them: letters and digits, any
@@ -116,6 +138,7 @@ class RankedSearch(StoragePart):
             session_id: See the session scope.
             user_id: See the user scope.
             agent_id: See the agent scope.
+            mode: ``hybrid``, ``semantic``, ``keyword``, or ``None`` for the default.
 
         Returns:
             :class:`~memlane.longterm.Fact`, :class:`~memlane.longterm.Procedure` and
@@ -123,7 +146,8 @@ class RankedSearch(StoragePart):
 
         Raises:
             TypeError, ValueError: A bad argument, named in the message, or a query without
-                words. Nothing is read.
+                words; ``semantic`` or ``hybrid`` without an embedder (names ``embedder``:
+                there is no silent fallback to keywords). Nothing is read.
         """
         check_str(query, "query")
         if not search_terms(query):
@@ -134,6 +158,13 @@ class RankedSearch(StoragePart):
         limit = check_positive_int(limit, "limit")
         min_confidence = check_fraction(min_confidence, "min_confidence")
         visible = check_ids(session_id, user_id, agent_id)
+        how = self._mode(mode)
+        if how != "keyword":
+            return (
+                yield from self._meaning_plan(
+                    how, visible, query, memory_type, limit, min_confidence
+                )
+            )
 
         ranked: list[tuple[float, float, int, Record]] = []
         if memory_type in ("facts", "all"):
@@ -151,6 +182,73 @@ class RankedSearch(StoragePart):
 
     search = sync_method(_search)
     async_search = async_method(_search)
+
+    def _mode(self, mode: object) -> str:
+        """The search mode asked for, or the default: hybrid with an embedder, else keyword."""
+        if mode is None:
+            return "keyword" if self._storage.embedder is None else "hybrid"
+        if not isinstance(mode, str) or mode not in MODES:
+            allowed = ", ".join(repr(m) for m in MODES)
+            raise ValueError(f"mode must be one of {allowed} or None, got {mode!r}")
+        if mode != "keyword" and self._storage.embedder is None:
+            raise ValueError(
+                f"mode={mode!r} needs an embedder: pass embedder= to the memory "
+                "(e.g. embedder='local'), or search with mode='keyword'"
+            )
+        return mode
+
+    def _meaning_plan(
+        self,
+        mode: str,
+        visible: list[tuple[FactScope, str | None]],
+        query: str,
+        memory_type: str,
+        limit: int,
+        min_confidence: float,
+    ) -> Plan[list[Any]]:
+        """``search`` by meaning (``semantic``) or by meaning and words (``hybrid``).
+
+        One vector search (and one keyword search) over every namespace asked for, so one
+        ranking orders all kinds of record. Facts below ``min_confidence`` and facts hidden by
+        a more specific scope are dropped after ranking, as by keyword; both lists ask for
+        more than ``limit`` so the gaps fill, and for twice as many again when they do not.
+        """
+        embedder, model = self._storage.embedder, self._storage.model
+        assert embedder is not None  # checked by _mode
+        assert model is not None
+        facts = [fact_namespace(scope, scope_id) for scope, scope_id in visible]
+        names = list(facts) if memory_type in ("facts", "all") else []
+        if memory_type in ("procedures", "all"):
+            names.append(PROCEDURES_NAMESPACE)
+        if memory_type in ("episodes", "all"):
+            names.append(EPISODES_NAMESPACE)
+        rank = {name: i for i, name in enumerate(facts)}
+        vector: list[float] = yield Call(
+            partial(embed_query, embedder, query), partial(async_embed_query, embedder, query)
+        )
+        fetch = max(limit * 4, MIN_FETCH)
+        while True:
+            semantic: list[SearchHit] = yield VectorSearch(names, vector, model, limit=fetch)
+            hits, exhausted = semantic, len(semantic) < fetch
+            if mode == "hybrid":
+                keyword = yield from search_plan(self.store, names, query, fetch, 0.0)
+                hits = fuse(keyword, semantic, query, limit=fetch)
+                exhausted = exhausted and len(keyword) < fetch
+            found: list[Record] = []
+            for hit in hits:
+                record = _record(hit.entry.content)
+                if isinstance(record, Fact):
+                    if record.confidence < min_confidence:
+                        continue
+                    level = rank[fact_namespace(record.scope, record.scope_id)]
+                    if (yield from _hidden_plan(facts[:level], record.key)):
+                        continue
+                found.append(record)
+                if len(found) == limit:
+                    return found
+            if exhausted:
+                return found
+            fetch *= 2
 
     def _search_facts_plan(
         self,
@@ -188,3 +286,20 @@ class RankedSearch(StoragePart):
             if len(hits) < wanted:
                 return found
             wanted *= 2
+
+
+def _record(content: Any) -> Record:
+    # One search spans the three kinds; each has a field the others lack.
+    if "fact_type" in content:
+        return Fact.model_validate(content)
+    if "procedure_type" in content:
+        return Procedure.model_validate(content)
+    return Episode.model_validate(content)
+
+
+def _hidden_plan(more_specific: list[str], key: str) -> Plan[bool]:
+    """Whether one of the more specific visible scopes holds ``key`` (and so hides it)."""
+    for name in more_specific:
+        if (yield LoadByKey(name, key)) is not None:
+            return True
+    return False

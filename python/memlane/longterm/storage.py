@@ -2,42 +2,103 @@
 
 The facts, episodes, procedures and users of one memory, and the parts that read across them
 (recall, search, forgetting a person), each hold the same :class:`Storage`: their records live
-in its store, and its embedder slot is where semantic search will find the model that turns
-text into vectors. Nothing reads the embedder yet; it is accepted and kept so that callers and
-stores can be wired for it before the vectors arrive.
+in its store, and with an embedder it also holds the
+:class:`~memlane.embeddings.VectorWriter` that embeds what they write.
+
+A part publishes a method that writes records with :func:`writing_method` /
+:func:`async_writing_method` instead of the runner's ``sync_method`` / ``async_method``: the
+plan runs as before, and every entry with a search text it saved (``Save``, ``SaveMany``, a
+``SaveIf`` that won) is handed to the writer once the store took it. One place sees every
+write, so no plan needs to know about vectors; a write that lost its compare-and-swap is not
+embedded, and a vector made from a text that has changed since is refused by the store.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeAlias, TypeVar
 
-from memlane._validate import type_name
+from memlane._runner import (
+    Done,
+    Plan,
+    Save,
+    SaveIf,
+    SaveMany,
+    Step,
+    StoreOp,
+    Then,
+    describe,
+    run_async,
+    run_sync,
+)
 
 if TYPE_CHECKING:
     from pydantic_ai.embeddings import Embedder, EmbeddingModel
 
+    from memlane.embeddings import VectorWriter
     from memlane.stores import MemoryStore
 
-__all__ = ["EmbedderLike", "Storage", "check_embedder"]
+__all__ = [
+    "EmbedderLike",
+    "Storage",
+    "StoragePart",
+    "async_writing_method",
+    "make_storage",
+    "writing_method",
+]
 
 EmbedderLike: TypeAlias = "Embedder | EmbeddingModel | str"
-"""What the embedder slot holds: a pydantic-ai embedder, an embedding model, or its name."""
+"""What ``embedder=`` takes: a pydantic-ai embedder, an embedding model, a model name, or
+``"local"``."""
+
+P = ParamSpec("P")
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
 class Storage:
-    """The store and the embedder slot every part of one long-term memory holds.
+    """The store, and the embedder with its writer, every part of one long-term memory holds.
 
     Frozen: the parts hold one object, so they can never disagree about either.
 
     Attributes:
         store: Where the records live.
-        embedder: The embedder for semantic search, or ``None``; kept, not used yet.
+        embedder: The embedder for semantic search, or ``None``.
+        writer: Embeds what the parts write (``None`` without an embedder).
     """
 
     store: MemoryStore
-    embedder: EmbedderLike | None = None
+    embedder: Embedder | None = None
+    writer: VectorWriter | None = None
+
+    @property
+    def model(self) -> str | None:
+        """The embedder's id, kept beside each vector; ``None`` without an embedder."""
+        return None if self.writer is None else self.writer.model
+
+
+def make_storage(store: MemoryStore, embedder: object) -> Storage:
+    """The storage of a memory over ``store`` with ``embedder`` (checked and resolved).
+
+    Raises:
+        TypeError: ``embedder`` is not one (names it), or there is one and ``store`` keeps
+            no vectors (names the store's type).
+        ValueError: An empty or unknown embedder name (names ``embedder``).
+        ImportError: ``"local"`` without WordLlama (names ``memlane[embed]``).
+    """
+    if embedder is None:
+        return Storage(store)
+    from memlane.embeddings import VectorWriter, resolve_embedder
+
+    resolved = resolve_embedder(embedder)
+    assert resolved is not None  # None returned above
+    if not callable(getattr(store, "save_vectors", None)):
+        raise TypeError(
+            f"embedder needs a store that keeps vectors (a VectorStore); "
+            f"{type(store).__name__} has no save_vectors"
+        )
+    return Storage(store, resolved, VectorWriter(store, resolved))  # type: ignore[arg-type]  # checked just above: it is a VectorStore
 
 
 class StoragePart:
@@ -45,7 +106,7 @@ class StoragePart:
     the runner runs the part's plans against.
 
     Args:
-        storage: The store (and embedder slot) the memory's parts share.
+        storage: The store (and embedder) the memory's parts share.
     """
 
     def __init__(self, storage: Storage) -> None:
@@ -57,27 +118,72 @@ class StoragePart:
         return self._storage.store
 
 
-def check_embedder(embedder: object) -> EmbedderLike | None:
-    """``embedder`` if it is ``None``, a non-empty model name, or a pydantic-ai embedder/model.
+Part = TypeVar("Part", bound=StoragePart)
 
-    pydantic-ai's embeddings module is imported only to check a value that is neither
-    ``None`` nor a ``str``: a memory without an embedder never loads it.
 
-    Raises:
-        TypeError: Anything else; the message names ``embedder``.
-        ValueError: An empty name.
-    """
-    if embedder is None:
-        return None
-    if isinstance(embedder, str):
-        if not embedder.strip():
-            raise ValueError(f"embedder must be a non-empty model name, got {embedder!r}")
-        return embedder
-    from pydantic_ai.embeddings import Embedder, EmbeddingModel
+def writing_method(
+    plan: Callable[Concatenate[Part, P], Step[T]],
+) -> Callable[Concatenate[Part, P], T]:
+    """The blocking public method of a plan method that writes records: each record it
+    stored goes to the memory's :class:`~memlane.embeddings.VectorWriter` (if any)."""
 
-    if isinstance(embedder, Embedder | EmbeddingModel):
-        return embedder
-    raise TypeError(
-        "embedder must be a pydantic-ai Embedder, EmbeddingModel or model name (str), "
-        f"not {type_name(embedder)}"
-    )
+    def method(self: Part, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return run_sync(_embedding(plan(self, *args, **kwargs), self._storage), self.store)
+
+    return describe(method, plan, sync=True)
+
+
+def async_writing_method(
+    plan: Callable[Concatenate[Part, P], Step[T]],
+) -> Callable[Concatenate[Part, P], Coroutine[Any, Any, T]]:
+    """The awaitable twin of :func:`writing_method`."""
+
+    async def method(self: Part, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return await run_async(_embedding(plan(self, *args, **kwargs), self._storage), self.store)
+
+    return describe(method, plan, sync=False)
+
+
+def _embedding(step: Step[T], storage: Storage) -> Step[T]:
+    """``step``, whose saves are handed to the storage's writer once the store took them."""
+    writer = storage.writer
+    if writer is None or isinstance(step, Done):
+        return step
+    return _watched(step, writer)
+
+
+def _watched(step: Plan[T] | StoreOp[T], writer: VectorWriter) -> Plan[T]:
+    # A plain proxy of the plan: every operation goes to the runner unchanged and its result
+    # (or failure) back to the plan; only a successful save is looked at on the way.
+    if isinstance(step, StoreOp):
+        result: T = yield step
+        _saved(step, result, writer)
+        return result
+    try:
+        op = step.send(None)
+        while True:
+            try:
+                sent = yield op
+            except Exception as exc:  # noqa: BLE001  # the plan decides, as under the runner
+                op = step.throw(exc)
+                continue
+            _saved(op, sent, writer)
+            op = step.send(sent)
+    except StopIteration as done:
+        finished: T = done.value
+        return finished
+
+
+def _saved(op: object, result: object, writer: VectorWriter) -> None:
+    if isinstance(op, Then):
+        # The result is mapped, so a SaveIf's outcome is unknown here: submitting is
+        # harmless either way, since the store attaches a vector only to the text it was
+        # made from.
+        op, result = op.op, True
+    if isinstance(op, Save):
+        writer.submit(op.namespace, [op.entry])
+    elif isinstance(op, SaveIf):
+        if result is True:
+            writer.submit(op.namespace, [op.entry])
+    elif isinstance(op, SaveMany):
+        writer.submit(op.namespace, op.entries)

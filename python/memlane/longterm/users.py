@@ -37,7 +37,7 @@ from memlane.longterm.fact_model import Fact, FactScope, FactType
 from memlane.longterm.facts import delete_fact_plan, remember_plan, scope_facts_plan
 from memlane.longterm.namespaces import namespace
 from memlane.longterm.procedures import update_record
-from memlane.longterm.storage import StoragePart
+from memlane.longterm.storage import StoragePart, async_writing_method, writing_method
 from memlane.longterm.user_model import (
     IDENTIFIERS_NAMESPACE,
     USERS_NAMESPACE,
@@ -205,8 +205,8 @@ class Users(StoragePart):
         yield from self._move_facts_plan(source.id, into.id)
         return (yield from self._fresh_preferences_plan(into))
 
-    merge_users = sync_method(_merge_users)
-    async_merge_users = async_method(_merge_users)
+    merge_users = writing_method(_merge_users)
+    async_merge_users = async_writing_method(_merge_users)
 
     def _move_facts_plan(self, source_id: str, into_id: str) -> Plan[None]:
         moving = yield from scope_facts_plan(FactScope.USER, source_id)

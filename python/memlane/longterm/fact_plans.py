@@ -1,0 +1,237 @@
+"""The plans of facts the parts of long-term memory build on, with arguments already checked.
+
+Module functions: they need no state. :class:`~memlane.longterm.facts.Facts` publishes them as
+methods after checking the arguments; users (merging two people's facts) and forgetting a
+person call them directly.
+
+* :func:`remember_plan` — ``remember`` without the argument checks.
+* :func:`delete_fact_plan` — ``forget`` without them.
+* :func:`find_fact_plan` — ``get_fact`` from the visible scopes.
+* :func:`scope_facts_plan` — every fact of one scope id.
+* :func:`near_duplicate_plan` — ``remember(..., dedupe=...)``'s look for a fact of the same
+  scope whose value means the same.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from functools import partial
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import ValidationError
+
+from memlane._runner import Call, Delete, Load, LoadByKey, Plan, SaveIf, VectorSearch
+from memlane.errors import CorruptStoreError
+from memlane.longterm.fact_model import (
+    Fact,
+    FactRevision,
+    FactScope,
+    FactType,
+    RememberResult,
+    render_value,
+)
+from memlane.longterm.fact_scopes import fact_namespace
+from memlane.stores.protocol import SEARCH_TEXT
+from memlane.types import MemoryEntry, MemoryScope, new_entry, utc_now
+
+if TYPE_CHECKING:
+    from memlane.longterm.storage import Storage
+
+__all__ = [
+    "DEDUPE_CANDIDATES",
+    "delete_fact_plan",
+    "fact_entry",
+    "find_fact_plan",
+    "near_duplicate_plan",
+    "plain_copy",
+    "read_fact",
+    "remember_plan",
+    "scope_facts_plan",
+]
+
+DEDUPE_CANDIDATES = 5
+"""Facts of the scope closest in meaning whose values ``dedupe`` compares with the new one."""
+
+_SCALARS = (str, int, float)
+_PLAIN_SCALARS = (str, int, float, bool)
+
+
+def _same_value(a: Any, b: Any) -> bool:
+    """JSON equality: ``1`` and ``True`` differ, key order does not matter."""
+    if type(a) is type(b) and type(a) in _SCALARS:  # the common case, without two dumps
+        return bool(a == b)
+    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+
+
+def plain_copy(value: Any) -> Any:
+    """A checked JSON value as stored: its own copy, tuples as lists (scalars as they are)."""
+    if type(value) in _PLAIN_SCALARS or value is None:
+        return value
+    return json.loads(json.dumps(value))
+
+
+def read_fact(entry: MemoryEntry, where: str) -> Fact:
+    """The fact an entry of namespace ``where`` holds.
+
+    Raises:
+        CorruptStoreError: It holds none; names the key and the namespace.
+    """
+    try:
+        return Fact.model_validate(entry.content)
+    except ValidationError as exc:
+        raise CorruptStoreError(f"corrupt fact {entry.key!r} in {where}: {exc}") from exc
+
+
+def fact_entry(fact: Fact, entry_id: str | None = None) -> MemoryEntry:
+    # The confidence is the entry's importance, so a store's search filters and ranks by it.
+    # Built without validation: every field comes from a validated Fact.
+    return new_entry(
+        entry_id=uuid.uuid4().hex if entry_id is None else entry_id,
+        scope=MemoryScope.LONG_TERM,
+        key=fact.key,
+        content=fact.model_dump(mode="json"),
+        metadata={SEARCH_TEXT: f"{fact.key} {render_value(fact.value)}"},
+        created_at=utc_now(),
+        expires_at=None,
+        importance=fact.confidence,
+        version=0,
+    )
+
+
+def remember_plan(
+    key: str,
+    value: Any,
+    scope: FactScope,
+    scope_id: str | None,
+    fact_type: FactType,
+    confidence: float,
+    overwrite: bool,
+) -> Plan[RememberResult]:
+    """``remember`` with arguments already checked (``value`` plain JSON, lists not tuples).
+
+    Keeps no cached preferences in step: a caller that changes a ``user_preference`` fact
+    refreshes them (users do, after merging facts). The compare-and-swap retry loop is here.
+    """
+    where = fact_namespace(scope, scope_id)
+    while True:
+        held: MemoryEntry | None = yield LoadByKey(where, key)
+        now = utc_now()
+        if held is None:
+            fact = Fact(
+                key=key,
+                value=value,
+                fact_type=fact_type,
+                scope=scope,
+                scope_id=scope_id,
+                confidence=confidence,
+                created_at=now,
+                updated_at=now,
+            )
+            if (yield SaveIf(where, fact_entry(fact), None)):
+                return RememberResult(status="created", fact=fact)
+            continue
+        old = read_fact(held, where)
+        status: Literal["confirmed", "updated"]
+        if _same_value(old.value, value):
+            status = "confirmed"
+            fact = old.model_copy(
+                update={
+                    "times_confirmed": old.times_confirmed + 1,
+                    "confidence": max(old.confidence, confidence),
+                    "updated_at": now,
+                }
+            )
+        elif not overwrite:
+            return RememberResult(status="skipped", fact=old)
+        else:
+            status = "updated"
+            revision = FactRevision(value=old.value, replaced_at=now)
+            fact = old.model_copy(
+                update={
+                    "value": value,
+                    "times_confirmed": old.times_confirmed + 1,
+                    "confidence": confidence,
+                    "updated_at": now,
+                    "history": [*old.history, revision],
+                }
+            )
+        new = fact_entry(fact, held.entry_id)
+        if (yield SaveIf(where, new, held.version)):
+            return RememberResult(status=status, fact=fact)
+
+
+def delete_fact_plan(key: str, scope: FactScope, scope_id: str | None) -> Plan[Fact | None]:
+    """Deletes the fact ``key`` of one scope id (arguments checked); the fact, if it was there.
+
+    Keeps no cached preferences in step (see :func:`remember_plan`).
+    """
+    where = fact_namespace(scope, scope_id)
+    held: MemoryEntry | None = yield LoadByKey(where, key)
+    if held is None:
+        return None
+    deleted: bool = yield Delete(where, held.entry_id)
+    return read_fact(held, where) if deleted else None
+
+
+def find_fact_plan(key: str, visible: list[tuple[FactScope, str | None]]) -> Plan[Fact | None]:
+    """The fact ``key`` of the first of the ``visible`` scopes (most specific first) holding it."""
+    for scope, scope_id in visible:
+        where = fact_namespace(scope, scope_id)
+        held: MemoryEntry | None = yield LoadByKey(where, key)
+        if held is not None:
+            return read_fact(held, where)
+    return None
+
+
+def scope_facts_plan(scope: FactScope, scope_id: str | None) -> Plan[list[Fact]]:
+    """Every fact of one scope id, in creation order (arguments already checked)."""
+    where = fact_namespace(scope, scope_id)
+    entries: list[MemoryEntry] = yield Load(where)
+    return [read_fact(e, where) for e in entries if e.key is not None]
+
+
+def near_duplicate_plan(
+    storage: Storage, key: str, value: Any, scope: FactScope, scope_id: str | None, threshold: float
+) -> Plan[Fact | None]:
+    """The fact of this scope (under another key) whose value means what ``value`` means, or
+    ``None``; ``None`` too when the scope holds ``key`` itself (``remember``'s own rules
+    apply to it).
+
+    The scope's facts closest to the new fact's text (its key and value, as every fact is
+    embedded) are the candidates; the first whose value's embedding has a cosine of at least
+    ``threshold`` with the new value's is the duplicate. The memory's pending vectors are
+    flushed first, so a fact written a moment ago is a candidate too.
+    """
+    from memlane.embeddings.resolve import async_embed_documents, embed_documents
+
+    where = fact_namespace(scope, scope_id)
+    if (yield LoadByKey(where, key)) is not None:
+        return None
+    embedder, writer = storage.embedder, storage.writer
+    assert embedder is not None  # the caller checked
+    assert writer is not None
+    yield Call(writer.flush, writer.async_flush)
+    new_text = render_value(value)
+    (near,) = yield Call(
+        partial(embed_documents, embedder, [f"{key} {new_text}"]),
+        partial(async_embed_documents, embedder, [f"{key} {new_text}"]),
+    )
+    if near is None:
+        return None
+    hits = yield VectorSearch([where], near, writer.model, limit=DEDUPE_CANDIDATES)
+    candidates = [read_fact(hit.entry, where) for hit in hits]
+    texts = [new_text, *(render_value(fact.value) for fact in candidates)]
+    vectors = yield Call(
+        partial(embed_documents, embedder, texts), partial(async_embed_documents, embedder, texts)
+    )
+    mine = vectors[0]
+    if mine is None:
+        return None
+    for fact, theirs in zip(candidates, vectors[1:], strict=True):
+        if (
+            theirs is not None
+            and sum(a * b for a, b in zip(mine, theirs, strict=True)) >= threshold
+        ):
+            return fact
+    return None
