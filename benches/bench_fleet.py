@@ -60,6 +60,7 @@ from benches.harness import (
 )
 
 BUDGET = 4000
+SUMMARY_ROOM = 1024
 TURNS_CACHED = 20
 TURNS_LONG = 100
 SHARED_MEM = "InMemoryStore (Rust) treated as shared (diagnostic)"
@@ -427,9 +428,11 @@ def percentile(values: list[float], q: int) -> float:
 class LatencyRun:
     """One contender of part (b): conversations on a fresh SQLite file, served round-robin."""
 
-    def __init__(self, contender: str, *, is_async: bool, sleep: float, threshold: int) -> None:
+    def __init__(
+        self, contender: str, *, is_async: bool, sleep: float, threshold: int, max_tokens: int
+    ) -> None:
         self.contender, self.is_async, self.sleep = contender, is_async, sleep
-        self.threshold = threshold
+        self.threshold, self.max_tokens = threshold, max_tokens
         self.latencies: list[float] = []
         self.turns_checked = 0
         self.summaries = 0
@@ -472,7 +475,7 @@ class LatencyRun:
         with tempfile.TemporaryDirectory(prefix="memlane-bench-fleet-") as tmp:
             store = SQLiteStore(os.path.join(tmp, "fleet.sqlite3"))
             cm = ConversationMemory(
-                max_tokens=BUDGET,
+                max_tokens=self.max_tokens,
                 summarize_threshold=self.threshold,
                 summarizer=self._summarizer(finished),
                 store=store,
@@ -485,7 +488,7 @@ class LatencyRun:
                     latencies, last = asyncio.run(self._async_turns(cm, schedule))
                 else:
                     latencies, last = self._sync_turns(cm, schedule)
-                fresh = ConversationMemory(max_tokens=BUDGET, store=store)
+                fresh = ConversationMemory(max_tokens=self.max_tokens, store=store)
                 for cid in cids:
                     self._verify(fresh, cid, len(jobs))
             finally:
@@ -505,7 +508,7 @@ class LatencyRun:
             start = time.perf_counter()
             cm.add_turn(cid, prompt, response)
             latencies.append(time.perf_counter() - start)
-            self.over_budget += cm.get_history_tokens(cid) > BUDGET
+            self.over_budget += cm.get_history_tokens(cid) > self.max_tokens
         last = time.perf_counter()
         cm.flush()
         return latencies, last
@@ -518,7 +521,7 @@ class LatencyRun:
             start = time.perf_counter()
             await cm.async_add_turn(cid, prompt, response)
             latencies.append(time.perf_counter() - start)
-            self.over_budget += await cm.async_get_history_tokens(cid) > BUDGET
+            self.over_budget += await cm.async_get_history_tokens(cid) > self.max_tokens
         last = time.perf_counter()
         await cm.async_flush()
         return latencies, last
@@ -559,6 +562,9 @@ def _latency(result: WorkloadResult, cfg: Config, log: Callable[[str], None]) ->
     # that summarises again (each summary only brings the total back under it): a threshold
     # equal to the total of the first turns keeps the slow turns to the last few.
     threshold = sum(estimator.estimate(p) + estimator.estimate(r) for p, r in jobs[:-slow_turns])
+    # The budget is the threshold plus the summary's share: a summarizer needs room beside the
+    # kept turns (a threshold at or above max_tokens is refused), and the markers of 60 turns fit.
+    max_tokens = threshold + SUMMARY_ROOM
     result.notes += [
         (
             f"Part (b): conversations of {turns} turns on a fresh SQLiteStore (Rust path) per run: one "
@@ -567,7 +573,8 @@ def _latency(result: WorkloadResult, cfg: Config, log: Callable[[str], None]) ->
             f"{sleep:g} s (a slow LLM call) and returns the turn markers it was given. "
             f"summarize_threshold = {threshold:,} tokens, the total of the first {turns - slow_turns} "
             f"turns, so that summaries are asked for by the last {slow_turns} turns of a conversation "
-            f"(inline, each of them summarises); max_tokens = {BUDGET:,}. Background summaries still "
+            f"(inline, each of them summarises); max_tokens = {max_tokens:,} (the threshold and "
+            f"{SUMMARY_ROOM:,} tokens for the summary). Background summaries still "
             "running after the last turn are waited for with flush() off the clock; a fresh host then "
             "checks that every turn is in the summary or kept, exactly once, with turn ids in order, "
             "and every history was checked against the budget after its turn."
@@ -586,7 +593,10 @@ def _latency(result: WorkloadResult, cfg: Config, log: Callable[[str], None]) ->
     for api, names in (("add_turn", SYNC_CONTENDERS), ("async_add_turn", ASYNC_CONTENDERS)):
         is_async = api.startswith("async")
         runs = {
-            n: LatencyRun(n, is_async=is_async, sleep=sleep, threshold=threshold) for n in names
+            n: LatencyRun(
+                n, is_async=is_async, sleep=sleep, threshold=threshold, max_tokens=max_tokens
+            )
+            for n in names
         }
         log(f"  {api}")
 

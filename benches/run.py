@@ -3,13 +3,18 @@
 Usage::
 
     python -m benches                   # every workload, full sizes (< 20 min on 2 cores)
-    python -m benches --quick           # smoke run (< 2 min)
+    python -m benches --quick           # smoke run (< 2 min); prints, writes nothing tracked
+    python -m benches --quick --write   # smoke run that also rewrites the outputs
     python -m benches --only turns      # one workload; the others keep their stored results
     python -m benches --report          # regenerate RESULTS.md / plots / README from results.json
 
 Workloads: tokens (1), turns (2), scaling (3), stores (4), memory (5), fleet (6), longterm (7),
-shared (8), strategies (9), server (10).
+shared (8), strategies (9), server (10), durable (11).
 Results are stored per workload in ``benches/results.json``, so a workload can be re-run on its own.
+A full run writes results.json, RESULTS.md, the plots and the README section; ``--quick`` writes
+none of them unless ``--write`` is given. The exit status is 1 when a workload or a contender
+fails with an error (an unavailable contender, such as a server --quick does not start, is not
+an error).
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ if __package__ in (None, ""):  # `python benches/run.py`: make the repository im
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benches import (
+    bench_durable,
     bench_fleet,
     bench_longterm,
     bench_memory,
@@ -62,6 +68,7 @@ WORKLOADS = {
         bench_strategies.run,
     ),
     "server": ("10. Server: memlane serve under 20 concurrent clients", bench_server.run),
+    "durable": ("11. Durable paths against floors of the same durability", bench_durable.run),
 }
 RESULTS_JSON = BENCH_DIR / "results.json"
 
@@ -102,14 +109,21 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--no-profile", action="store_true", help="skip profiling missed targets")
     parser.add_argument("--no-readme", action="store_true", help="leave README.md alone")
+    parser.add_argument(
+        "--write",
+        action="store_true",
+        help="with --quick: write results.json, RESULTS.md, the plots and README.md too",
+    )
     parser.add_argument("--seed", type=int, default=Config.seed)
     args = parser.parse_args(argv)
 
-    cfg = Config(quick=args.quick, seed=args.seed, profile=not args.no_profile)
+    write = args.write or not args.quick
+    # Profiles explain missed targets in RESULTS.md: a smoke run that writes nothing skips them.
+    cfg = Config(quick=args.quick, seed=args.seed, profile=write and not args.no_profile)
     results, env = _load()
     command = "python -m benches" + (" --quick" if args.quick else "")
+    selected = args.only or list(WORKLOADS)
     if not args.report:
-        selected = args.only or list(WORKLOADS)
         if not args.only:
             results = {}
         env = environment()
@@ -135,19 +149,27 @@ def main(argv: list[str] | None = None) -> int:
             for t in res.targets:
                 print(f"   target: {t.text}: {t.measured} → {t.verdict}", flush=True)
             print(f"   ({res.elapsed_s:.0f} s)", flush=True)
-            _save(results, env)
+            if write:
+                _save(results, env)
         env["load average at end"] = loadavg()
         env["total run time"] = f"{time.perf_counter() - started:.0f} s"
-        _save(results, env)
+        if write:
+            _save(results, env)
+        print(f"\ntotal run time {env['total run time']}", flush=True)
     if not results:
         print("no results to report; run without --report first", file=sys.stderr)
         return 1
-    path = report.write_all(results, env, list(WORKLOADS), command, readme=not args.no_readme)
-    print(
-        f"\nwrote {path.relative_to(BENCH_DIR.parent)}"
-        + ("" if args.no_readme else " and README.md's performance section"),
-        flush=True,
-    )
+    if write:
+        path = report.write_all(results, env, list(WORKLOADS), command, readme=not args.no_readme)
+        print(
+            f"\nwrote {path.relative_to(BENCH_DIR.parent)}"
+            + ("" if args.no_readme else " and README.md's performance section"),
+            flush=True,
+        )
+    else:
+        ran = [k for k in WORKLOADS if k in results and (args.report or k in selected)]
+        print("\n" + report.summary(results, ran), flush=True)
+        print("\n(--quick: nothing written; add --write to rewrite the outputs)", flush=True)
     missed = [t for r in results.values() for t in r.targets if t.met is False]
     unmeasured = [t for r in results.values() for t in r.targets if t.met is None]
     print(
@@ -155,7 +177,24 @@ def main(argv: list[str] | None = None) -> int:
         f"{len(missed)} missed, {len(unmeasured)} not measured",
         flush=True,
     )
-    return 0
+    errors = failures(results)
+    for line in errors:
+        print(f"FAILED: {line}", file=sys.stderr, flush=True)
+    return 1 if errors else 0
+
+
+def failures(results: dict[str, WorkloadResult]) -> list[str]:
+    """Workloads that raised and contenders that failed with an error (not merely unavailable)."""
+    out = [
+        f"workload {k}: {r.error.strip().splitlines()[-1]}" for k, r in results.items() if r.error
+    ]
+    out += [
+        f"workload {k}, {row.case}, {row.contender}: {row.status}"
+        for k, r in results.items()
+        for row in r.rows
+        if row.status.startswith("error")
+    ]
+    return out
 
 
 if __name__ == "__main__":
