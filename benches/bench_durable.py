@@ -1,0 +1,677 @@
+"""Workload 11: the durable paths against floors of the same durability.
+
+Each memlane path runs in the same process, interleaved, beside its floor: the least work that
+gives the same durability, written as anyone would write it with nothing else around it.
+
+* Turn on SQLite: ``add_turn(cid, prompt, response, messages)`` with the run's pydantic-ai
+  messages, then ``get_message_history(cid)`` (10 conversations × 500 turns, 4,000-token budget).
+  Floor: count the turn's new text (memlane's Rust counter, the call ``add_turn`` makes) and one
+  ``INSERT`` committed in plain ``sqlite3`` (WAL, ``synchronous=NORMAL``), the turn's row.
+* The same turn in memory. Floor: counting the turn's new text.
+* Turn on PostgreSQL: ``async_add_turn`` + ``async_get_message_history``. Floor: count, one
+  ``INSERT`` and one ``SELECT`` of the newest 30 rows with asyncpg, on the same server.
+* ``remember`` of a new key and ``get_fact`` hit (2,000 facts) on SQLite. Floors: one committed
+  ``INSERT OR REPLACE`` of the fact's JSON; one ``SELECT`` by key + ``json.loads``.
+* Many writers: 8 threads and 8 asyncio tasks adding turns to 8 conversations of one memory on
+  one SQLite file, against one writer adding the same turns serially (commits one by one).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sqlite3
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from benches.bench_stores import _Servers
+from benches.bench_turns import BUDGET, pool_for, schedule_for
+from benches.harness import (
+    Config,
+    WorkloadResult,
+    fill_rows,
+    find,
+    fmt_time,
+    implementation,
+    interleave,
+    judge,
+    memlane_backend,
+    profile,
+    require_rust,
+    timed,
+)
+
+MEM = "memlane (Rust), InMemoryStore"
+SQL = "memlane (Rust), SQLiteStore"
+PG = "memlane, PostgreSQLStore"
+COUNT_FLOOR = "floor: the turn's new text counted once"
+SQL_FLOOR = "floor: count + one committed INSERT (sqlite3, WAL, synchronous=NORMAL)"
+PG_FLOOR = "floor: count + one INSERT + one SELECT of the newest 30 rows (asyncpg)"
+FACT_RUST_SQL = "memlane (Rust), SQLiteStore"
+FACT_PY_SQL = "memlane pure-Python twin, SQLiteStore"
+FACT_RUST_MEM = "memlane (Rust), InMemoryStore"
+FACT_PY_MEM = "memlane pure-Python twin, InMemoryStore"
+UPSERT_FLOOR = "floor: one committed INSERT OR REPLACE (sqlite3, WAL, synchronous=NORMAL)"
+SELECT_FLOOR = "floor: one SELECT by key + json.loads (sqlite3)"
+SERIAL = "one writer, serial commits"
+THREADS = "8 threads, one conversation each"
+TASKS = "8 asyncio tasks, one conversation each"
+WRITERS = 8
+USER = "bench-user"
+
+TURN_SQLITE = "turn on SQLite (add_turn with pydantic-ai messages + history read)"
+TURN_MEMORY = "turn in memory (add_turn with pydantic-ai messages + history read)"
+TURN_PG = "turn on PostgreSQL (async_add_turn + async_get_message_history)"
+REMEMBER_SQLITE = "remember a new key, 2,000 facts, SQLite"
+GET_SQLITE = "get_fact hit, 2,000 facts, SQLite"
+REMEMBER_MEMORY = "remember a new key, 2,000 facts, in memory"
+GET_MEMORY = "get_fact hit, 2,000 facts, in memory"
+MANY = "8 writers on one SQLite file (add_turn, exact counting)"
+
+_TURN_TABLE = (
+    "CREATE TABLE turns (conversation TEXT NOT NULL, turn INTEGER NOT NULL, prompt TEXT NOT NULL,"
+    " response TEXT NOT NULL, tokens INTEGER NOT NULL, PRIMARY KEY (conversation, turn))"
+)
+
+
+def _messages(pool: list[tuple[str, str]]) -> list[list[Any]]:
+    """What a pydantic-ai run returns as its new messages, one list per pool turn."""
+    from pydantic_ai.messages import ModelRequest, ModelResponse, TextPart, UserPromptPart
+    from pydantic_ai.usage import RequestUsage
+
+    return [
+        [
+            ModelRequest(parts=[UserPromptPart(content=prompt)]),
+            ModelResponse(
+                parts=[TextPart(content=response)],
+                model_name="bench-model",
+                usage=RequestUsage(input_tokens=1000, output_tokens=200),
+            ),
+        ]
+        for prompt, response in pool
+    ]
+
+
+def _counter() -> Callable[[list[str]], list[int]]:
+    from memlane.tokens import TokenEstimator
+
+    require_rust("Encoder")
+    with memlane_backend(rust=True):
+        est = TokenEstimator()
+    if implementation(est) != "rust":
+        raise RuntimeError("backend switch failed: the floor's counter is not Rust")
+    count: Callable[[list[str]], list[int]] = getattr(est, "_count_many", est.estimate_many)
+    return count
+
+
+def _sqlite(path: str) -> sqlite3.Connection:
+    conn = sqlite3.connect(path, check_same_thread=False)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=NORMAL")
+    return conn
+
+
+# ---------------------------------------------------------------------------- turns
+
+
+def _memlane_turns(store_kind: str, pool: list[tuple[str, str]], messages: list[list[Any]]) -> Any:
+    def rep(schedule: list[tuple[int, int]], conversations: int) -> float:
+        from memlane.conversation import ConversationMemory
+        from memlane.store import InMemoryStore, SQLiteStore
+
+        with tempfile.TemporaryDirectory(prefix="memlane-bench-durable-") as tmp:
+            with memlane_backend(rust=True):
+                store: Any = (
+                    InMemoryStore()
+                    if store_kind == "memory"
+                    else SQLiteStore(os.path.join(tmp, "turns.sqlite3"))
+                )
+                cm = ConversationMemory(max_tokens=BUDGET, store=store)
+            if implementation(store._table) != "rust":
+                raise RuntimeError("backend switch failed: the store's table is not Rust")
+            cids = [cm.new_conversation() for _ in range(conversations)]
+            add, history = cm.add_turn, cm.get_message_history
+
+            def run() -> None:
+                for ci, pi in schedule:
+                    prompt, response = pool[pi]
+                    add(cids[ci], prompt, response, messages[pi])
+                    history(cids[ci])
+
+            try:
+                elapsed, _ = timed(run)
+                for cid in cids:
+                    if cm.get_history_tokens(cid) > BUDGET:
+                        raise RuntimeError(f"{cid}: history over the budget")
+            finally:
+                store.close()
+        return elapsed / len(schedule)
+
+    return rep
+
+
+def _count_floor(pool: list[tuple[str, str]]) -> Any:
+    def rep(schedule: list[tuple[int, int]], conversations: int) -> float:
+        count = _counter()
+
+        def run() -> None:
+            for _, pi in schedule:
+                sum(count(list(pool[pi])))
+
+        elapsed, _ = timed(run)
+        return elapsed / len(schedule)
+
+    return rep
+
+
+def _sqlite_floor(pool: list[tuple[str, str]]) -> Any:
+    def rep(schedule: list[tuple[int, int]], conversations: int) -> float:
+        count = _counter()
+        with tempfile.TemporaryDirectory(prefix="memlane-bench-durable-") as tmp:
+            conn = _sqlite(os.path.join(tmp, "floor.sqlite3"))
+            conn.execute(_TURN_TABLE)
+            conn.commit()
+            cids = [f"conversation-{i}" for i in range(conversations)]
+            heads = [0] * conversations
+            insert = "INSERT INTO turns VALUES (?, ?, ?, ?, ?)"
+
+            def run() -> None:
+                for ci, pi in schedule:
+                    prompt, response = pool[pi]
+                    tokens = sum(count([prompt, response]))
+                    conn.execute(insert, (cids[ci], heads[ci], prompt, response, tokens))
+                    conn.commit()
+                    heads[ci] += 1
+
+            try:
+                elapsed, _ = timed(run)
+            finally:
+                conn.close()
+        return elapsed / len(schedule)
+
+    return rep
+
+
+def _postgres(
+    servers: _Servers, pool: list[tuple[str, str]], messages: list[list[Any]], *, floor: bool
+) -> Any:
+    def rep(schedule: list[tuple[int, int]], conversations: int) -> float:
+        url = servers.url("postgres")
+        schema = f"bench_durable_{time.monotonic_ns()}"
+        return asyncio.run(
+            (_pg_floor if floor else _pg_memlane)(
+                url, schema, schedule, conversations, pool, messages
+            )
+        )
+
+    return rep
+
+
+async def _pg_memlane(
+    url: str,
+    schema: str,
+    schedule: list[tuple[int, int]],
+    conversations: int,
+    pool: list[tuple[str, str]],
+    messages: list[list[Any]],
+) -> float:
+    from memlane.conversation import ConversationMemory
+    from memlane.database_store import PostgreSQLStore
+
+    store = PostgreSQLStore(url, schema_name=schema)
+    try:
+        with memlane_backend(rust=True):
+            cm = ConversationMemory(max_tokens=BUDGET, store=store)
+        cids = [await cm.async_new_conversation() for _ in range(conversations)]
+        add, history = cm.async_add_turn, cm.async_get_message_history
+        start = time.perf_counter()
+        for ci, pi in schedule:
+            prompt, response = pool[pi]
+            await add(cids[ci], prompt, response, messages[pi])
+            await history(cids[ci])
+        elapsed = time.perf_counter() - start
+    finally:
+        await store.async_close()
+    return elapsed / len(schedule)
+
+
+async def _pg_floor(
+    url: str,
+    schema: str,
+    schedule: list[tuple[int, int]],
+    conversations: int,
+    pool: list[tuple[str, str]],
+    messages: list[list[Any]],
+) -> float:
+    import asyncpg
+
+    count = _counter()
+    conn = await asyncpg.connect(url)
+    try:
+        await conn.execute(f"CREATE SCHEMA {schema}")
+        await conn.execute(_TURN_TABLE.replace("TABLE turns", f"TABLE {schema}.turns"))
+        insert = f"INSERT INTO {schema}.turns VALUES ($1, $2, $3, $4, $5)"
+        newest = (
+            f"SELECT prompt, response, tokens FROM {schema}.turns WHERE conversation = $1 "
+            "ORDER BY turn DESC LIMIT 30"
+        )
+        cids = [f"conversation-{i}" for i in range(conversations)]
+        heads = [0] * conversations
+        start = time.perf_counter()
+        for ci, pi in schedule:
+            prompt, response = pool[pi]
+            tokens = sum(count([prompt, response]))
+            await conn.execute(insert, cids[ci], heads[ci], prompt, response, tokens)
+            heads[ci] += 1
+            await conn.fetch(newest, cids[ci])
+        elapsed = time.perf_counter() - start
+        await conn.execute(f"DROP SCHEMA {schema} CASCADE")
+    finally:
+        await conn.close()
+    return elapsed / len(schedule)
+
+
+def _turns(
+    result: WorkloadResult,
+    cfg: Config,
+    servers: _Servers,
+    pool: list[tuple[str, str]],
+    messages: list[list[Any]],
+    log: Callable[[str], None],
+) -> None:
+    conversations, turns = (3, 100) if cfg.quick else (10, 500)
+    pg_conversations, pg_turns = (2, 50) if cfg.quick else (4, 200)
+    result.notes.append(
+        f"Turns: {conversations} conversations × {turns} turns per repetition, served round-robin "
+        f"({pg_conversations} × {pg_turns} on PostgreSQL), the same schedule for memlane and its "
+        f"floor; budget {BUDGET:,} tokens; each pool turn's pydantic-ai messages (a ModelRequest "
+        "with the prompt, a ModelResponse with the answer, model name and usage) are built once, "
+        "off the clock. The floors store each turn as one row (conversation, turn, prompt, "
+        "response, tokens) under a primary key."
+    )
+    cases = (
+        (
+            TURN_SQLITE,
+            SQL,
+            [
+                (SQL, _memlane_turns("sqlite", pool, messages)),
+                (SQL_FLOOR, _sqlite_floor(pool)),
+            ],
+            conversations,
+            turns,
+        ),
+        (
+            TURN_MEMORY,
+            MEM,
+            [(MEM, _memlane_turns("memory", pool, messages)), (COUNT_FLOOR, _count_floor(pool))],
+            conversations,
+            turns,
+        ),
+        (
+            TURN_PG,
+            PG,
+            [
+                (PG, _postgres(servers, pool, messages, floor=False)),
+                (PG_FLOOR, _postgres(servers, pool, messages, floor=True)),
+            ],
+            pg_conversations,
+            pg_turns,
+        ),
+    )
+    for case, ref, contenders, n_conv, n_turns in cases:
+        log(f"  {case}")
+
+        def bind(fn: Any, n_conv: int = n_conv, n_turns: int = n_turns) -> Callable[[int], float]:
+            return lambda rep: fn(schedule_for(rep, n_conv, n_turns, len(pool), cfg.seed), n_conv)
+
+        samples, failed = interleave(
+            cfg.reps, [(name, bind(fn)) for name, fn in contenders], log=log
+        )
+        fill_rows(
+            result.rows,
+            samples,
+            failed,
+            case,
+            "turn",
+            ref,
+            throughput=lambda s: f"{1 / s:,.0f} turns/s",
+        )
+    for case, ref, floor, limit in (
+        (TURN_SQLITE, SQL, SQL_FLOOR, 1.5),
+        (TURN_PG, PG, PG_FLOOR, 1.5),
+        (TURN_MEMORY, MEM, COUNT_FLOOR, 1.2),
+    ):
+        _against_floor(result, case, ref, floor, limit)
+    if cfg.profile:
+        for case, store_kind in ((TURN_SQLITE, "sqlite"), (TURN_MEMORY, "memory")):
+            if _missed(result, case):
+                log(f"  profiling {case}")
+                fn = _memlane_turns(store_kind, pool, messages)
+                schedule = schedule_for(0, conversations, turns, len(pool), cfg.seed)
+                result.profiles[case] = profile(lambda fn=fn, s=schedule: fn(s, conversations))
+
+
+def _against_floor(
+    result: WorkloadResult, case: str, ref: str, floor: str, limit: float, what: str = "turn"
+) -> None:
+    mine, base = find(result.rows, case, ref), find(result.rows, case, floor)
+    ratio = (
+        mine.median_s / base.median_s if mine and base and mine.median_s and base.median_s else None
+    )
+    if mine and ratio is not None:
+        mine.check = f"{ratio:.2f}x its floor"
+    judge(
+        result,
+        f"{case.split(' (')[0]}: {ref} ≤ {limit:g}x its floor ({floor.removeprefix('floor: ')})",
+        ratio,
+        limit,
+        at_least=False,
+        rows=[mine],
+        next_step=NEXT_STEPS.get(case, ""),
+    )
+
+
+def _missed(result: WorkloadResult, case: str) -> bool:
+    return any(t.met is False for t in result.targets if t.text.startswith(case.split(" (")[0]))
+
+
+# ---------------------------------------------------------------------------- facts
+
+
+class _Facts:
+    """2,000 facts in one user scope of a LongTermMemory, or in a plain table (the floors)."""
+
+    def __init__(self, name: str, n: int) -> None:
+        self.name, self.n = name, n
+        self.tmp = tempfile.TemporaryDirectory(prefix="memlane-bench-durable-")
+        self.rep = 0
+        if name in (UPSERT_FLOOR, SELECT_FLOOR):
+            self.conn = _sqlite(os.path.join(self.tmp.name, "floor.sqlite3"))
+            self.conn.execute("CREATE TABLE facts (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+            self.conn.executemany(
+                "INSERT INTO facts VALUES (?, ?)",
+                ((f"fact_{i:06d}", json.dumps(_value(i))) for i in range(n)),
+            )
+            self.conn.commit()
+            return
+        from memlane.longterm import LongTermMemory
+        from memlane.store import InMemoryStore, SQLiteStore
+
+        rust = "Rust" in name
+        with memlane_backend(rust):
+            self.store: Any = (
+                InMemoryStore()
+                if "InMemory" in name
+                else SQLiteStore(os.path.join(self.tmp.name, "facts.sqlite3"))
+            )
+        if implementation(self.store._table) != ("rust" if rust else "python"):
+            raise RuntimeError(f"{name}: backend switch failed")
+        self.lt = LongTermMemory(self.store)
+        for i in range(n):
+            self.lt.remember(f"fact_{i:06d}", _value(i), scope="user", scope_id=USER)
+
+    def remember(self, count: int) -> float:
+        self.rep += 1
+        keys = [f"new_{self.rep}_{i}" for i in range(count)]
+        values = [_value(i) for i in range(count)]
+        if self.name == UPSERT_FLOOR:
+            conn, dumps = self.conn, json.dumps
+
+            def run() -> int:
+                for k, v in zip(keys, values, strict=True):
+                    conn.execute("INSERT OR REPLACE INTO facts VALUES (?, ?)", (k, dumps(v)))
+                    conn.commit()
+                return count
+
+        else:
+            remember = self.lt.remember
+
+            def run() -> int:
+                return sum(
+                    remember(k, v, scope="user", scope_id=USER).status == "created"
+                    for k, v in zip(keys, values, strict=True)
+                )
+
+        elapsed, done = timed(run)
+        if done != count:
+            raise RuntimeError(f"{self.name}: {done} of {count} facts created")
+        # Off the clock: the table keeps its size, so every repetition adds to 2,000 facts.
+        if self.name == UPSERT_FLOOR:
+            self.conn.executemany("DELETE FROM facts WHERE key = ?", [(k,) for k in keys])
+            self.conn.commit()
+        else:
+            for k in keys:
+                self.lt.forget(k, scope="user", scope_id=USER)
+        return elapsed / count
+
+    def get(self, count: int) -> float:
+        keys = [f"fact_{(i * 7919) % self.n:06d}" for i in range(count)]
+        if self.name == SELECT_FLOOR:
+            conn, loads = self.conn, json.loads
+            query = "SELECT value FROM facts WHERE key = ?"
+
+            def run() -> int:
+                found = 0
+                for k in keys:
+                    row = conn.execute(query, (k,)).fetchone()
+                    found += row is not None and loads(row[0]) is not None
+                return found
+
+        else:
+            get_fact = self.lt.get_fact
+
+            def run() -> int:
+                return sum(get_fact(k, user_id=USER) is not None for k in keys)
+
+        elapsed, found = timed(run)
+        if found != count:
+            raise RuntimeError(f"{self.name}: {found} of {count} facts found")
+        return elapsed / count
+
+    def close(self) -> None:
+        if self.name in (UPSERT_FLOOR, SELECT_FLOOR):
+            self.conn.close()
+        else:
+            self.store.close()
+        self.tmp.cleanup()
+
+
+def _value(i: int) -> dict[str, Any]:
+    return {"note": f"note {i}", "topic": "weather", "score": i % 10}
+
+
+def _facts(result: WorkloadResult, cfg: Config, log: Callable[[str], None]) -> None:
+    n = 2_000
+    remembers, gets = (200, 1_000) if cfg.quick else (500, 4_000)
+    result.notes.append(
+        f"Facts: {n:,} facts in one user scope; each repetition remembers {remembers} new keys "
+        f"(deleted again off the clock) and reads {gets:,} keys that exist. The floors hold the "
+        "same facts as (key, JSON) rows in plain sqlite3 with the same pragmas."
+    )
+    cases = (
+        (REMEMBER_SQLITE, FACT_RUST_SQL, [FACT_RUST_SQL, FACT_PY_SQL, UPSERT_FLOOR], "remember"),
+        (GET_SQLITE, FACT_RUST_SQL, [FACT_RUST_SQL, FACT_PY_SQL, SELECT_FLOOR], "get"),
+        (REMEMBER_MEMORY, FACT_RUST_MEM, [FACT_RUST_MEM, FACT_PY_MEM], "remember"),
+        (GET_MEMORY, FACT_RUST_MEM, [FACT_RUST_MEM, FACT_PY_MEM], "get"),
+    )
+    for case, ref, names, op in cases:
+        log(f"  {case}")
+        holders: dict[str, _Facts] = {}
+
+        def bind(name: str, op: str = op, holders: dict[str, _Facts] = holders) -> Any:
+            def rep(_: int) -> float:
+                if name not in holders:
+                    holders[name] = _Facts(name, n)
+                h = holders[name]
+                return h.remember(remembers) if op == "remember" else h.get(gets)
+
+            return rep
+
+        try:
+            samples, failed = interleave(cfg.reps, [(x, bind(x)) for x in names], log=log)
+        finally:
+            for h in holders.values():
+                h.close()
+        fill_rows(result.rows, samples, failed, case, "op", ref)
+    _against_floor(result, REMEMBER_SQLITE, FACT_RUST_SQL, UPSERT_FLOOR, 2.0, "op")
+    _against_floor(result, GET_SQLITE, FACT_RUST_SQL, SELECT_FLOOR, 1.5, "op")
+    for case, limit in ((REMEMBER_MEMORY, 15e-6), (GET_MEMORY, 3e-6)):
+        row = find(result.rows, case, FACT_RUST_MEM)
+        judge(
+            result,
+            f"{case.split(',')[0]} in memory: {FACT_RUST_MEM} ≤ {fmt_time(limit)}",
+            row.median_s if row else None,
+            limit,
+            at_least=False,
+            fmt=fmt_time,
+            rows=[row],
+            next_step=NEXT_STEPS.get(case, ""),
+        )
+    if cfg.profile:
+        for case, name, op in (
+            (REMEMBER_SQLITE, FACT_RUST_SQL, "remember"),
+            (GET_SQLITE, FACT_RUST_SQL, "get"),
+            (REMEMBER_MEMORY, FACT_RUST_MEM, "remember"),
+            (GET_MEMORY, FACT_RUST_MEM, "get"),
+        ):
+            if any(t.met is False for t in result.targets if t.text.startswith(case.split(",")[0])):
+                log(f"  profiling {case}")
+                h = _Facts(name, n)
+                try:
+                    result.profiles[case] = profile(
+                        lambda h=h, op=op: h.remember(remembers)
+                        if op == "remember"
+                        else h.get(gets)
+                    )
+                finally:
+                    h.close()
+
+
+# ---------------------------------------------------------------------------- many writers
+
+
+def _writers(pool: list[tuple[str, str]], mode: str, per_writer: int) -> Callable[[int], float]:
+    def rep(rep_index: int) -> float:
+        from memlane.conversation import ConversationMemory
+        from memlane.store import SQLiteStore
+
+        jobs = [
+            [pool[(rep_index * 997 + w * per_writer + i) % len(pool)] for i in range(per_writer)]
+            for w in range(WRITERS)
+        ]
+        with tempfile.TemporaryDirectory(prefix="memlane-bench-durable-") as tmp:
+            with memlane_backend(rust=True):
+                store = SQLiteStore(os.path.join(tmp, "writers.sqlite3"))
+                cm = ConversationMemory(max_tokens=BUDGET, store=store)
+            cids = [cm.new_conversation() for _ in range(WRITERS)]
+            try:
+                start = time.perf_counter()
+                if mode == SERIAL:
+                    for i in range(per_writer):
+                        for w in range(WRITERS):
+                            cm.add_turn(cids[w], *jobs[w][i])
+                elif mode == THREADS:
+                    barrier = threading.Barrier(WRITERS)
+
+                    def write(w: int) -> None:
+                        barrier.wait()
+                        for prompt, response in jobs[w]:
+                            cm.add_turn(cids[w], prompt, response)
+
+                    threads = [threading.Thread(target=write, args=(w,)) for w in range(WRITERS)]
+                    for t in threads:
+                        t.start()
+                    for t in threads:
+                        t.join()
+                else:
+
+                    async def write_async(w: int) -> None:
+                        for prompt, response in jobs[w]:
+                            await cm.async_add_turn(cids[w], prompt, response)
+
+                    async def main() -> None:
+                        await asyncio.gather(*(write_async(w) for w in range(WRITERS)))
+
+                    asyncio.run(main())
+                elapsed = time.perf_counter() - start
+                for w, cid in enumerate(cids):
+                    got = len(cm.get_turns(cid))
+                    if cm.get_history_tokens(cid) > BUDGET or got == 0:
+                        raise RuntimeError(f"writer {w}: {got} turns kept, over budget or none")
+                fresh = ConversationMemory(max_tokens=BUDGET, store=store)
+                heads = [fresh.get_turns(cid)[-1].turn_id for cid in cids]
+                if heads != [per_writer - 1] * WRITERS:
+                    raise RuntimeError(f"turns lost: last turn ids {heads}")
+            finally:
+                store.close()
+        return elapsed / (WRITERS * per_writer)
+
+    return rep
+
+
+def _many(
+    result: WorkloadResult, cfg: Config, pool: list[tuple[str, str]], log: Callable[[str], None]
+) -> None:
+    per_writer = 40 if cfg.quick else 150
+    result.notes.append(
+        f"Many writers: {WRITERS} conversations of one ConversationMemory on one SQLite file, "
+        f"{per_writer} turns each per repetition (string turns, exact counting); the serial "
+        "writer adds the same turns round-robin from one thread. A fresh memory then reads every "
+        "conversation back: no turn lost. Reported per turn (wall time / turns)."
+    )
+    log(f"  {MANY}")
+    samples, failed = interleave(
+        cfg.reps,
+        [(mode, _writers(pool, mode, per_writer)) for mode in (SERIAL, THREADS, TASKS)],
+        log=log,
+    )
+    fill_rows(
+        result.rows,
+        samples,
+        failed,
+        MANY,
+        "turn",
+        SERIAL,
+        throughput=lambda s: f"{1 / s:,.0f} turns/s",
+    )
+    serial = find(result.rows, MANY, SERIAL)
+    for mode in (THREADS, TASKS):
+        row = find(result.rows, MANY, mode)
+        speedup = (
+            serial.median_s / row.median_s
+            if serial and row and serial.median_s and row.median_s
+            else None
+        )
+        judge(
+            result,
+            f"many writers: {mode} reach ≥ 3x the turns/s of one writer's serial commits",
+            speedup,
+            3.0,
+            at_least=True,
+            rows=[row],
+            next_step=NEXT_STEPS.get(MANY, ""),
+        )
+
+
+NEXT_STEPS: dict[str, str] = {}
+
+
+def run(cfg: Config, log: Callable[[str], None]) -> WorkloadResult:
+    result = WorkloadResult(
+        "durable", "11. Durable paths against floors of the same durability", quick=cfg.quick
+    )
+    _, pool = pool_for(cfg)
+    messages = _messages(pool)
+    servers = _Servers(start=not cfg.quick)
+    try:
+        _turns(result, cfg, servers, pool, messages, log)
+        _facts(result, cfg, log)
+        _many(result, cfg, pool, log)
+    finally:
+        servers.stop()
+    result.notes += [f"Servers: {d}" for d in servers.described]
+    return result
