@@ -1,7 +1,7 @@
 """Workload 7: long-term facts, memlane's LongTermMemory beside LangGraph's BaseStore.
 
 Per backend kind and size (1,000 and 100,000 facts in one user's scope, plus 100 global
-facts; ``--quick``: 1,000 and 5,000), interleaved in one run:
+facts; ``--quick``: 500 and 2,000), interleaved in one run:
 
 * ``remember``: ``remember(key, value, scope="user", scope_id=...)`` of a new key (status
   ``created``) against LangGraph's ``put(namespace, key, value)`` of a new key. The keys
@@ -592,7 +592,7 @@ def run(cfg: Config, log: Callable[[str], None]) -> WorkloadResult:
         "7. Long-term facts: LongTermMemory beside LangGraph's BaseStore",
         quick=cfg.quick,
     )
-    sizes = (1_000, 5_000) if cfg.quick else (1_000, 100_000)
+    sizes = (500, 2_000) if cfg.quick else (1_000, 100_000)
     budget = 0.03 if cfg.quick else 0.15
     tmp = tempfile.TemporaryDirectory(prefix="memlane-bench-longterm-")
     result.notes += [

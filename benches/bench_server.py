@@ -3,7 +3,7 @@
 A store is filled (off the clock, by the code under test, in a child process): 60 users, 1,200
 facts in every scope, 300 episodes, 40 procedures, 40 conversations of 30 turns and a
 working-memory scope. ``memlane serve`` (uvicorn, the real command) then serves it, and 20
-clients send 2,000 requests between them (400 and 100 with ``--quick``), each as soon as its
+clients send 2,000 requests between them (200 and 50 with ``--quick``), each as soon as its
 previous answer arrived:
 
 * 40 % a page of the facts listing (random offset),
@@ -312,7 +312,7 @@ def run(cfg: Config, log: Callable[[str], None]) -> WorkloadResult:
     result = WorkloadResult(
         "server", "10. Server: memlane serve under 20 concurrent clients", quick=cfg.quick
     )
-    count = {"rust": 400 if cfg.quick else 2000, "python": 100 if cfg.quick else 2000}
+    count = {"rust": 200 if cfg.quick else 2000, "python": 50 if cfg.quick else 2000}
     for backend, pure in (("rust", False), ("python", True)):
         data = measure(REPO, pure=pure, count=count[backend], seed=cfg.seed)
         name = f"memlane serve ({'pure-Python twin' if pure else 'Rust'})"

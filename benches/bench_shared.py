@@ -1,7 +1,7 @@
 """Workload 8: shared multi-agent memory, what ``add`` and each role's view cost as a job grows.
 
 Per store and job size (100 and 100,000 messages in one namespace; ``--quick``: 100 and
-5,000), a manager and two workers: each round the user asks, the manager hands each worker a
+2,000), a manager and two workers: each round the user asks, the manager hands each worker a
 task, each worker makes a tool call, observes and reports a final result, the manager answers;
 every fifth round a broadcast. The job is loaded with ``save_many`` off the clock (the entries
 ``append`` would write, :func:`memlane.shared.persistent.bulk_entries`), so the large size is
@@ -197,7 +197,7 @@ def run(cfg: Config, log: Callable[[str], None]) -> WorkloadResult:
         "8. Shared memory: add and each role's view against the job's size",
         quick=cfg.quick,
     )
-    sizes = (100, 5_000) if cfg.quick else (100, 100_000)
+    sizes = (100, 2_000) if cfg.quick else (100, 100_000)
     calls = 20 if cfg.quick else 100
     servers = _Servers(start=not cfg.quick)
     tmp = tempfile.TemporaryDirectory(prefix="memlane-bench-shared-")

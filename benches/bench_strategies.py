@@ -234,7 +234,7 @@ def run(cfg: Config, log: Callable[[str], None]) -> WorkloadResult:
     )
     corpus, pool = pool_for(cfg)
     encode = tiktoken_encoding().encode_ordinary  # type: ignore[attr-defined]
-    lengths = (100, 500) if cfg.quick else (200, 2_000)
+    lengths = (50, 200) if cfg.quick else (200, 2_000)
     reps = cfg.reps
     block = 5 if cfg.quick else 10
     result.notes += [

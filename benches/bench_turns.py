@@ -619,12 +619,12 @@ def run_scaling(cfg: Config, log: Callable[[str], None]) -> WorkloadResult:
     # grows linearly: they stop earlier so that the run stays within its time budget.
     if cfg.quick:
         limits = {
-            RUST_MEM: 10_000,
+            RUST_MEM: 3_000,
             RUST_SQL: 1_000,
-            PY_MEM: 300,
-            PY_SQL: 300,
-            LC_CACHED: 10_000,
-            LC_RECOUNT: 300,
+            PY_MEM: 100,
+            PY_SQL: 100,
+            LC_CACHED: 3_000,
+            LC_RECOUNT: 100,
         }
     else:
         limits = {
@@ -734,7 +734,7 @@ def run_scaling(cfg: Config, log: Callable[[str], None]) -> WorkloadResult:
         if row:
             row.check = f"{growth:.2f}x the {first:,}-turn cost (∝ L^{exponent:.2f})"
     mem = curves.get(RUST_MEM, {})
-    top = max(mem, default=100_000)  # --quick stops at 10,000 turns
+    top = max(mem, default=100_000)  # --quick stops at 3,000 turns
     judge(
         result,
         f"memlane Rust: per-turn cost at {top:,} turns ≤ 1.5x that at 100 turns",

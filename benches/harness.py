@@ -49,7 +49,7 @@ class Config:
 
     @property
     def reps(self) -> int:
-        return 3 if self.quick else 7
+        return 2 if self.quick else 7
 
 
 @dataclass
