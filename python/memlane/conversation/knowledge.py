@@ -7,23 +7,37 @@ memory, in the collection's namespace of the conversation's store, each chunk se
 :meth:`~memlane.ConversationMemory.knowledge_for` returns the ``top_k`` chunks most relevant
 to a new prompt, as text for the run's instructions: what earlier summaries said, from any
 conversation of the collection, found by ranked search rather than carried in the prompt.
+
+With an ``embedder`` (``ConversationMemory(embedder=...)``) the chunks are found by meaning:
+the search is hybrid (:func:`~memlane.conversation.transcript_search.hybrid_plan`), and the
+chunks are embedded when a search first meets them without a vector of the embedder's model
+(:func:`catch_up_plan`). Embedding on read rather than on write keeps the summary's path as it
+was and covers chunks written by any process, with or without an embedder, or under another
+model: a knowledge base is small, and its chunks arrive once per summary.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from functools import partial
+from typing import TYPE_CHECKING, Any
 
-from memlane._runner import Plan
+from memlane._ops import MissingVectors, SaveVectors
+from memlane._runner import Call, Plan
 from memlane.longterm.model import namespace
 from memlane.longterm.ranked_search import search_call
 from memlane.stores import MemoryStore
 from memlane.stores.protocol import SEARCH_TEXT, search_terms
+from memlane.stores.vectors import EntryVector, text_digest
 from memlane.strategies import SummarizerStrategy, split_text
 from memlane.types import MemoryEntry, MemoryScope
 
+if TYPE_CHECKING:
+    from pydantic_ai.embeddings import Embedder
+
 __all__ = [
     "KNOWLEDGE_HEADER",
+    "catch_up_plan",
     "knowledge_entries",
     "knowledge_namespace",
     "knowledge_plan",
@@ -87,13 +101,63 @@ def knowledge_text(hits: list[Any]) -> str | None:
     return "\n".join([KNOWLEDGE_HEADER, *(f"- {text}" for text in texts)])
 
 
+def catch_up_plan(store: Any, embedder: Embedder, model: str, where: str) -> Plan[int]:
+    """Embeds the chunks of ``where`` that have no vector of ``model``; how many got one.
+
+    Asks the store in rounds of at most 1000 until none is missing; a chunk the model gives
+    no direction (no vector) or whose text changed meanwhile (the store refuses the vector)
+    is left out, and counted as done for this search so a round never repeats forever.
+    """
+    from memlane.embeddings import async_embed_documents, embed_documents
+
+    attached = 0
+    tried: set[str] = set()
+    while True:
+        missing: list[MemoryEntry] = yield MissingVectors([where], model, limit=1000)
+        todo = [e for e in missing if e.entry_id not in tried]
+        if not todo:
+            return attached
+        tried.update(e.entry_id for e in todo)
+        texts = [e.metadata[SEARCH_TEXT] for e in todo]
+        vectors: list[list[float] | None] = yield Call(
+            partial(embed_documents, embedder, texts),
+            partial(async_embed_documents, embedder, texts),
+        )
+        made = [
+            EntryVector(e.entry_id, text_digest(t), v)
+            for e, t, v in zip(todo, texts, vectors, strict=True)
+            if v is not None
+        ]
+        if made:
+            attached += yield SaveVectors(where, model, made)
+
+
 def knowledge_plan(
-    store: MemoryStore, strategy: SummarizerStrategy | None, prompt: str
+    store: MemoryStore,
+    strategy: SummarizerStrategy | None,
+    prompt: str,
+    embedder: Embedder | None = None,
 ) -> Plan[str | None]:
     """What ``strategy``'s knowledge base in ``store`` holds relevant to ``prompt``, as one
-    block of text (``None``: no summarizer strategy, nothing to search, or nothing found)."""
-    call = None if strategy is None else knowledge_search(store, strategy, prompt)
-    if call is None:
+    block of text (``None``: no summarizer strategy, nothing to search, or nothing found).
+
+    With an ``embedder`` the chunks are found by meaning as well as by words (hybrid search),
+    after the chunks without a vector of its model are embedded (:func:`catch_up_plan`).
+    """
+    if strategy is None:
         return None
-    hits: list[Any] = yield call
-    return knowledge_text(hits)
+    call = knowledge_search(store, strategy, prompt)
+    base = strategy.knowledge_base
+    if call is None or base is None:
+        return None
+    if embedder is None:
+        hits: list[Any] = yield call
+        return knowledge_text(hits)
+    from memlane.conversation.transcript_search import hybrid_plan
+    from memlane.embeddings import embedder_id
+
+    where = knowledge_namespace(base.collection_id)
+    model = embedder_id(embedder)
+    yield from catch_up_plan(store, embedder, model, where)
+    found = yield from hybrid_plan(store, embedder, model, [where], prompt, max(base.top_k, 50))
+    return knowledge_text(found[: base.top_k])

@@ -1,0 +1,438 @@
+"""Search by meaning over what was said in every past conversation.
+
+A conversation's turns live in its log, shaped for the history window: keyed by position,
+moved to the retained transcript when summarised, without a search text. Searching them by
+meaning needs text with vectors beside it, so a memory built with an ``embedder`` keeps a
+second, search-shaped copy of each committed turn:
+
+* ``longterm:transcripts:conversation:<id>``: one entry per turn (keyed by its position, with
+  an entry id derived from the namespace and the key, so writing a turn twice, from any host,
+  is harmless), whose search text is the prompt and the answer, and whose content says who
+  said it and when;
+* ``longterm:transcripts:all`` and ``longterm:transcripts:user:<user_id>``: one entry per
+  conversation (keyed by its id), the directories a search across conversations reads.
+
+Nothing of this is on the turn's path: :meth:`TranscriptSearch.submit` queues the committed
+turn (a lock and an append); a worker thread writes the entries and hands them to a
+:class:`~memlane.embeddings.VectorWriter`, which embeds them in batches. :meth:`flush` waits
+for both. Until then a turn is not found: the copy, not the conversation, is what lags.
+
+A turn's user is its ``metadata["user_id"]`` (a ``str``), as an agent serving a user stores
+it; turns without one are found by searches that do not ask for a user.
+
+:func:`hybrid_plan` is the search itself, shared with the knowledge base: the store's BM25
+hits and its cosine hits for the query, merged by :func:`~memlane.longterm.fusion.fuse`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import uuid
+from collections import deque
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict
+
+from memlane._ops import Load, StoreOp, VectorSearch
+from memlane._runner import Call, Done, Plan, Step, async_method, sync_method
+from memlane._validate import check_identifier, check_positive_int, check_str, type_name
+from memlane.embeddings import VectorWriter, async_embed_query, embed_query
+from memlane.longterm.fusion import fuse
+from memlane.longterm.namespaces import namespace
+from memlane.longterm.ranked_search import search_plan
+from memlane.stores.protocol import SEARCH_TEXT, SearchHit, search_terms
+from memlane.types import ConversationTurn, MemoryEntry, MemoryScope
+
+if TYPE_CHECKING:
+    from pydantic_ai.embeddings import Embedder
+
+    from memlane.stores import MemoryStore
+
+__all__ = [
+    "ALL_CONVERSATIONS",
+    "TranscriptMatch",
+    "TranscriptSearch",
+    "conversation_namespace",
+    "hybrid_plan",
+    "transcript_methods",
+    "user_namespace",
+]
+
+ALL_CONVERSATIONS = namespace("longterm", "transcripts", "all")
+"""The directory of every conversation with a searchable turn (one entry per conversation)."""
+
+
+def conversation_namespace(conversation_id: str) -> str:
+    """Where the searchable copies of one conversation's turns live."""
+    return namespace("longterm", "transcripts", "conversation", conversation_id)
+
+
+def user_namespace(user_id: str) -> str:
+    """The directory of the conversations in which ``user_id`` had a turn."""
+    return namespace("longterm", "transcripts", "user", user_id)
+
+
+class TranscriptMatch(BaseModel):
+    """A turn :meth:`TranscriptSearch.search_transcripts` found.
+
+    Attributes:
+        conversation_id: The conversation it belongs to.
+        turn_id: Its position in that conversation.
+        user_prompt: What the user said.
+        assistant_response: What the assistant answered.
+        timestamp: When the turn was added.
+        user_id: The turn's ``metadata["user_id"]``, if it had one.
+        score: The fused relevance (> 0, higher is better).
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    conversation_id: str
+    turn_id: int
+    user_prompt: str
+    assistant_response: str
+    timestamp: datetime
+    user_id: str | None = None
+    score: float
+
+
+def hybrid_plan(
+    store: Any,
+    embedder: Embedder,
+    model: str,
+    namespaces: list[str],
+    query: str,
+    fetch: int,
+) -> Plan[list[SearchHit]]:
+    """The entries of ``namespaces`` most relevant to ``query``: the store's keyword and
+    vector searches (``fetch`` hits each), fused; at most ``fetch``."""
+    if not namespaces:
+        return []
+    vector: list[float] = yield Call(
+        lambda: embed_query(embedder, query), lambda: async_embed_query(embedder, query)
+    )
+    semantic: list[SearchHit] = yield VectorSearch(namespaces, vector, model, limit=fetch)
+    keyword: list[SearchHit] = []
+    if search_terms(query):
+        keyword = yield from search_plan(store, namespaces, query, fetch, 0.0)
+    return fuse(keyword, semantic, query, limit=fetch)
+
+
+def _entry_id(where: str, key: str) -> str:
+    # Entry ids are unique across the whole store: derived from the namespace and the key, so
+    # a copy written twice (by any host) replaces itself and never another record.
+    return uuid.uuid5(uuid.NAMESPACE_URL, f"memlane:{where}\x1f{key}").hex
+
+
+def _turn_entry(conversation_id: str, turn: ConversationTurn) -> MemoryEntry:
+    user = turn.metadata.get("user_id")
+    key = f"{turn.turn_id:012d}"
+    return MemoryEntry.model_construct(
+        entry_id=_entry_id(conversation_namespace(conversation_id), key),
+        scope=MemoryScope.LONG_TERM,
+        key=key,
+        content={
+            "conversation_id": conversation_id,
+            "turn_id": turn.turn_id,
+            "user_prompt": turn.user_prompt,
+            "assistant_response": turn.assistant_response,
+            "timestamp": turn.timestamp.isoformat(),
+            "user_id": user if isinstance(user, str) else None,
+        },
+        metadata={
+            SEARCH_TEXT: f"{turn.user_prompt}\n{turn.assistant_response}",
+            "conversation_id": conversation_id,
+        },
+        created_at=turn.timestamp,
+        expires_at=None,
+        importance=0.5,
+        version=0,
+    )
+
+
+def _directory_entry(directory: str, conversation_id: str) -> MemoryEntry:
+    return MemoryEntry(
+        entry_id=_entry_id(directory, conversation_id),
+        scope=MemoryScope.LONG_TERM,
+        key=conversation_id,
+        content={"conversation_id": conversation_id},
+    )
+
+
+def _match(hit: SearchHit) -> TranscriptMatch:
+    content = hit.entry.content
+    return TranscriptMatch(
+        conversation_id=content["conversation_id"],
+        turn_id=content["turn_id"],
+        user_prompt=content["user_prompt"],
+        assistant_response=content["assistant_response"],
+        timestamp=datetime.fromisoformat(content["timestamp"]),
+        user_id=content.get("user_id"),
+        score=hit.score,
+    )
+
+
+class TranscriptSearch:
+    """The searchable copy of every committed turn, and the search over it.
+
+    Thread-safe; ``submit`` never blocks on I/O, so the turn path does not wait for it.
+
+    Args:
+        store: The conversations' store; it must keep vectors (a
+            :class:`~memlane.stores.protocol.VectorStore`).
+        embedder: What turns text into vectors (see
+            :func:`~memlane.embeddings.resolve_embedder`).
+
+    Raises:
+        TypeError: ``store`` keeps no vectors.
+    """
+
+    def __init__(self, store: MemoryStore, embedder: Embedder) -> None:
+        if not callable(getattr(store, "vector_search", None)):
+            raise TypeError(
+                f"store must keep vectors (a VectorStore with vector_search), not "
+                f"{type_name(store)}"
+            )
+        self._store = store
+        self._vectors = VectorWriter(store, embedder)  # type: ignore[arg-type]  # checked above
+        self._reset()
+
+    def _reset(self) -> None:
+        self._guard = threading.Condition()
+        self._pending: deque[tuple[str, ConversationTurn]] = deque()
+        self._submitted = 0
+        self._finished = 0
+        self._working = False
+        self._errors: list[Exception] = []
+        self._listed: set[tuple[str, str | None]] = set()  # directory entries written
+        self._pid = os.getpid()
+
+    @property
+    def store(self) -> MemoryStore:
+        """Where the copies live."""
+        return self._store
+
+    @property
+    def embedder(self) -> Embedder:
+        """The embedder."""
+        return self._vectors.embedder
+
+    def _forked(self) -> None:
+        # A child inherits the counters but not the worker thread (see VectorWriter).
+        if self._pid != os.getpid():
+            self._reset()
+
+    # ------------------------------------------------------------------ writing
+
+    def submit(self, conversation_id: str, turn: ConversationTurn) -> None:
+        """Queues a committed turn for its searchable copy; returns at once."""
+        self._forked()
+        with self._guard:
+            self._pending.append((conversation_id, turn))
+            self._submitted += 1
+            if not self._working:
+                self._working = True
+                threading.Thread(target=self._work, name="memlane-transcripts", daemon=True).start()
+
+    def recorded(
+        self, conversation_id: str, step: Step[ConversationTurn]
+    ) -> Step[ConversationTurn]:
+        """``step`` (an ``add_turn`` plan, or its finished result) submitting the turn once it
+        is committed: the one call the turn path makes."""
+        if isinstance(step, Done):
+            self.submit(conversation_id, step.value)
+            return step
+        return self._after(conversation_id, step)
+
+    def _after(
+        self, conversation_id: str, step: Plan[ConversationTurn] | StoreOp[ConversationTurn]
+    ) -> Plan[ConversationTurn]:
+        if isinstance(step, StoreOp):
+            turn: ConversationTurn = yield step
+        else:
+            turn = yield from step
+        self.submit(conversation_id, turn)
+        return turn
+
+    def _work(self) -> None:
+        while True:
+            with self._guard:
+                if not self._pending:
+                    self._working = False
+                    self._guard.notify_all()
+                    return
+                batch = list(self._pending)
+                self._pending.clear()
+            try:
+                self._write(batch)
+            except Exception as exc:  # noqa: BLE001  # kept for flush() to raise in the caller
+                with self._guard:
+                    self._errors.append(exc)
+            finally:
+                with self._guard:
+                    self._finished += len(batch)
+                    self._guard.notify_all()
+
+    def _write(self, batch: list[tuple[str, ConversationTurn]]) -> None:
+        by_conversation: dict[str, list[MemoryEntry]] = {}
+        for cid, turn in batch:
+            by_conversation.setdefault(cid, []).append(_turn_entry(cid, turn))
+        listings: dict[str, list[MemoryEntry]] = {}
+        for cid, entries in by_conversation.items():
+            where = conversation_namespace(cid)
+            self._store.save_many(where, entries)
+            self._vectors.submit(where, entries)
+            users = {e.content["user_id"] for e in entries}
+            for user in (None, *users):
+                if (cid, user) not in self._listed:
+                    directory = ALL_CONVERSATIONS if user is None else user_namespace(user)
+                    listings.setdefault(directory, []).append(_directory_entry(directory, cid))
+                    self._listed.add((cid, user))
+        # Directories after the turns: a search that lists a conversation finds its copies.
+        for directory, entries in listings.items():
+            self._store.save_many(directory, entries)
+
+    def flush(self) -> None:
+        """Waits until every turn submitted before the call is stored and embedded.
+
+        Raises:
+            Exception: The first failure since the last flush (the store's or the
+                embedder's), as it was raised.
+        """
+        self._forked()
+        with self._guard:
+            target = self._submitted
+            self._guard.wait_for(lambda: self._finished >= target)
+            errors, self._errors = self._errors, []
+        if errors:
+            raise errors[0]
+        self._vectors.flush()
+
+    async def async_flush(self) -> None:
+        """Async :meth:`flush`: waits in a worker thread, never blocking the event loop."""
+        await asyncio.to_thread(self.flush)
+
+    def close(self) -> None:
+        """Waits for what was submitted and stops the embedding writer.
+
+        Raises:
+            Exception: As :meth:`flush`.
+        """
+        self.flush()
+        self._vectors.close()
+
+    # ------------------------------------------------------------------ searching
+
+    def _search_transcripts(
+        self,
+        query: str,
+        *,
+        conversation_id: str | None = None,
+        user_id: str | None = None,
+        limit: int = 10,
+    ) -> Plan[list[TranscriptMatch]]:
+        """The turns of past conversations most relevant to ``query``, best first.
+
+        Ranked as long-term memory's hybrid search ranks records: by meaning (the cosine of
+        the query's and the turn's embeddings), with the query's selective words and exact
+        identifiers counting too (:func:`~memlane.longterm.fusion.fuse`).
+
+        Args:
+            query: What to look for, in any words.
+            conversation_id: Only this conversation's turns.
+            user_id: Only turns whose ``metadata["user_id"]`` is this user.
+            limit: At most this many turns.
+
+        Returns:
+            :class:`TranscriptMatch` values, best first; ``[]`` when nothing is stored.
+
+        Raises:
+            TypeError, ValueError: A bad argument, named in the message. Nothing is read.
+        """
+        check_str(query, "query")
+        if not query.strip():
+            raise ValueError(f"query must hold some text, got {query!r}")
+        if conversation_id is not None:
+            check_identifier(conversation_id, "conversation_id")
+        if user_id is not None:
+            check_identifier(user_id, "user_id")
+        limit = check_positive_int(limit, "limit")
+
+        if conversation_id is not None:
+            names = [conversation_namespace(conversation_id)]
+        else:
+            directory = ALL_CONVERSATIONS if user_id is None else user_namespace(user_id)
+            listed: list[MemoryEntry] = yield Load(directory)
+            names = [conversation_namespace(e.key) for e in listed if e.key is not None]
+        # Fusion looks past ``limit`` so a record strong on one list alone can still rank.
+        fetch = max(limit * 4, 50)
+        hits = yield from hybrid_plan(
+            self._store, self.embedder, self._vectors.model, names, query, fetch
+        )
+        found = [_match(hit) for hit in hits]
+        if user_id is not None:  # a conversation may hold several users' turns
+            found = [match for match in found if match.user_id == user_id]
+        return found[:limit]
+
+    search_transcripts = sync_method(_search_transcripts)
+    async_search_transcripts = async_method(_search_transcripts)
+
+
+def transcript_methods(
+    owner: str,
+) -> tuple[Callable[..., list[TranscriptMatch]], Callable[..., Awaitable[list[TranscriptMatch]]]]:
+    """``search_transcripts`` and ``async_search_transcripts`` for a class holding its
+    :class:`TranscriptSearch` (or ``None``, without an embedder) as ``_transcripts``.
+
+    Args:
+        owner: The class's name, for the error without an embedder.
+    """
+
+    def index(self: Any) -> TranscriptSearch:
+        found: TranscriptSearch | None = self._transcripts
+        if found is None:
+            raise ValueError(
+                f"search_transcripts needs an embedder: build the {owner} with embedder=... "
+                "(e.g. embedder='local'); turns are made searchable only then"
+            )
+        return found
+
+    def search_transcripts(
+        self: Any,
+        query: str,
+        *,
+        conversation_id: str | None = None,
+        user_id: str | None = None,
+        limit: int = 10,
+    ) -> list[TranscriptMatch]:
+        return index(self).search_transcripts(
+            query, conversation_id=conversation_id, user_id=user_id, limit=limit
+        )
+
+    async def async_search_transcripts(
+        self: Any,
+        query: str,
+        *,
+        conversation_id: str | None = None,
+        user_id: str | None = None,
+        limit: int = 10,
+    ) -> list[TranscriptMatch]:
+        return await index(self).async_search_transcripts(
+            query, conversation_id=conversation_id, user_id=user_id, limit=limit
+        )
+
+    doc = TranscriptSearch._search_transcripts.__doc__ or ""
+    extra = f"""
+
+        Raises (also):
+            ValueError: The {owner} was built without an ``embedder`` (names it).
+        """
+    search_transcripts.__doc__ = doc + extra
+    async_search_transcripts.__doc__ = "Async :meth:`search_transcripts`." + extra
+    search_transcripts.__qualname__ = f"{owner}.search_transcripts"
+    async_search_transcripts.__qualname__ = f"{owner}.async_search_transcripts"
+    return search_transcripts, async_search_transcripts
