@@ -18,7 +18,7 @@ import sys
 from collections.abc import Sequence
 
 from memlane import BACKEND, __version__
-from memlane.cli import conversations, demo, longterm, maintenance, serve, tokens
+from memlane.cli import conversations, demo, longterm, maintenance, reembed, serve, tokens
 from memlane.cli.output import CliError, Output
 from memlane.cli.store import STORE_HELP
 from memlane.errors import MemlaneError
@@ -80,7 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     common = _common()
-    for module in (tokens, demo, conversations, longterm, maintenance, serve):
+    for module in (tokens, demo, conversations, longterm, maintenance, reembed, serve):
         module.register(sub, common)
     return parser
 
