@@ -25,7 +25,7 @@ from typing import Any
 
 import memlane
 from memlane import ConversationMemory, MemoryManager
-from memlane.conversation import SUMMARY_KEY
+from memlane.conversation import SUMMARY_KEY, summary_backoff
 from memlane.messages import message_texts
 from memlane.stores import (
     FileStore,
@@ -58,6 +58,21 @@ def concat_summarizer(turns: list[ConversationTurn]) -> str:
     return " ".join(
         t.assistant_response if t.metadata.get("summary") else t.user_prompt for t in turns
     )
+
+
+class SwitchableSummarizer:
+    """:func:`concat_summarizer` behind a provider that a test takes down and brings back;
+    counts its calls."""
+
+    def __init__(self) -> None:
+        self.up = True
+        self.calls = 0
+
+    def __call__(self, turns: list[ConversationTurn]) -> str:
+        self.calls += 1
+        if not self.up:
+            raise ConnectionError("summary provider down")
+        return concat_summarizer(turns)
 
 
 def _store_class(cfg: dict[str, Any]) -> type[Any]:
@@ -202,11 +217,16 @@ async def _async_add_all(memory: ConversationMemory, cid: str, prompts: list[str
 def _host(cfg: dict[str, Any]) -> None:
     marker = cfg.get("kill_marker")
     store = make_store(cfg, kill_marker=None if marker is None else Path(marker))
+    switchable = SwitchableSummarizer()
+    if cfg.get("frozen_clock"):
+        # The backoff's delays never pass, however slow the machine: a test sees exactly the
+        # attempts the turns it adds allow.
+        summary_backoff.monotonic = lambda: 0.0
     manager = MemoryManager(
         store=store,
         max_conversation_tokens=cfg["max_tokens"],
         summarize_threshold=cfg.get("summarize_threshold", 10**9),
-        summarizer=concat_summarizer if cfg.get("summarize") else None,
+        summarizer=switchable if cfg.get("summarize") else None,
         conversation_ttl=cfg.get("conversation_ttl"),
     )
     memory = manager.conversation
@@ -216,10 +236,25 @@ def _host(cfg: dict[str, Any]) -> None:
         op = command["op"]
         if op == "exit":
             break
+        if op == "summarizer":  # the provider goes down or comes back, for every conversation
+            switchable.up = command["up"]
+            _say(state="ok", calls=switchable.calls)
+            continue
         cid = command["cid"]
         if op == "add":
-            turn = memory.add_turn(cid, command["prompt"], f"answer to {command['prompt']}")
+            turn = memory.add_turn(
+                cid,
+                command["prompt"],
+                f"answer to {command['prompt']}",
+                pinned=command.get("pinned", False),
+            )
             _say(state="ok", turn_id=turn.turn_id)
+        elif op == "pin":
+            turn = memory.pin_turn(cid, command["turn_id"])
+            _say(state="ok", metadata=turn.metadata)
+        elif op == "status":
+            status = memory.summary_status(cid)
+            _say(state="ok", status=status.state, failures=status.failures, calls=switchable.calls)
         elif op == "add_many":
             prompts = [f"{command['label']}-{i}" for i in range(command["turns"])]
             if command["use_async"]:

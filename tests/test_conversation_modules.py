@@ -50,6 +50,7 @@ class TestPublicSurface:
             "assistant_response",
             "raw_messages",
             "metadata",
+            "pinned",
         ]
 
     def test_the_fold_pair_is_one_function_run_two_ways(self) -> None:

@@ -170,7 +170,7 @@ def _density_plan(
     source = _source(interactions_text, previous_summary)
     summary, _ = _step((yield _ask(agent, _first_prompt(source, max_summary_tokens))))
     if not summary:
-        raise ValueError("the summary model returned an empty summary")
+        raise ValueError("the summary model returned no summary (an empty text)")
     if max_summary_tokens is not None:
         summary = fit_tokens(summary, max_summary_tokens, estimator)
     tokens = estimator.estimate(summary)
@@ -256,7 +256,7 @@ def chain_of_density_summary(
         The summary.
 
     Raises:
-        ValueError: ``max_loops`` < 1, or the first call returned an empty summary.
+        ValueError: ``max_loops`` < 1, or the first call returned no summary.
         Exception: Whatever the first model call raised.
     """
     plan = _density_plan(
