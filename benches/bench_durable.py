@@ -1,4 +1,4 @@
-"""Workload 11: the durable paths against floors of the same durability.
+"""Workload 12: the durable paths against floors of the same durability.
 
 Each memlane path runs in the same process, interleaved, beside its floor: the least work that
 gives the same durability, written as anyone would write it with nothing else around it.
@@ -662,7 +662,7 @@ NEXT_STEPS: dict[str, str] = {}
 
 def run(cfg: Config, log: Callable[[str], None]) -> WorkloadResult:
     result = WorkloadResult(
-        "durable", "11. Durable paths against floors of the same durability", quick=cfg.quick
+        "durable", "12. Durable paths against floors of the same durability", quick=cfg.quick
     )
     _, pool = pool_for(cfg)
     messages = _messages(pool)

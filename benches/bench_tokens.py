@@ -388,6 +388,7 @@ def run(cfg: Config, log: Callable[[str], None]) -> WorkloadResult:
         rows=[bpe_worst],
     )
 
+    _pathological(result, cfg, counts, wreps, log)
     if cfg.profile and any(
         t.met is False for t in result.targets if "without whitespace" in t.text
     ):
@@ -400,6 +401,63 @@ def run(cfg: Config, log: Callable[[str], None]) -> WorkloadResult:
     _startup(result, log)
     return result
 
+
+PATHOLOGICAL = {"repeated": "one repeated character", "random": "random letters"}
+
+
+def _pathological(
+    result: WorkloadResult,
+    cfg: Config,
+    counts: dict[str, Callable[[str], int] | str],
+    reps: int,
+    log: Callable[[str], None],
+) -> None:
+    """200 KB without whitespace that is hardest for a merge: one character, random letters."""
+    n = 200_000
+    for kind, label in PATHOLOGICAL.items():
+        text = corpus_mod.pathological(kind, n, cfg.seed)
+        case = f"worst case: {n // 1000} KB of {label} (one call)"
+        log(f"  {case}")
+        sinks: dict[str, list[int]] = {}
+        samples, failed = interleave(
+            reps,
+            _contenders(
+                counts,
+                lambda f, name, text=text, sinks=sinks: _whole(f, text, sinks.setdefault(name, [])),
+                [RUST, BPE, TIKTOKEN],
+            ),
+            log=log,
+        )
+        rows = fill_rows(
+            result.rows,
+            samples,
+            failed,
+            case,
+            "call",
+            RUST,
+            throughput=lambda s, n=n: f"{n / s / 1e6:.1f} MB/s",
+        )
+        _agree_whole(sinks, rows)
+        bpe = find(result.rows, case, BPE)
+        judge(
+            result,
+            f"worst case: memlane ≤ 1.5x bpe-openai at {n // 1000} KB of {label}",
+            1 / bpe.ratio if bpe and bpe.ratio else None,
+            1.5,
+            at_least=False,
+            rows=[bpe],
+            next_step=_PATHOLOGICAL_NEXT,
+        )
+
+
+_PATHOLOGICAL_NEXT = (
+    "memlane merges one long pre-token in tiktoken's order (lowest rank, then leftmost), with "
+    "pending pairs in per-rank buckets read in start order; every merge still costs two rank "
+    "lookups and two bucket pushes. bpe-openai walks the text once with a longest-match "
+    "automaton and backtracks on incompatible token pairs (the `bpe` crate's backtracking "
+    "encoder), which does no per-merge work at all. Next: that encoder for pieces from a few "
+    "KB on, held to tiktoken's merge by the differential test."
+)
 
 IMPORT = "memlane"
 FLOOR = "python -c pass (floor)"

@@ -233,6 +233,19 @@ def worst_case(chars: int) -> str:
     return letters[:chars]
 
 
+def pathological(kind: str, chars: int, seed: int) -> str:
+    """``chars`` characters of one pre-token that is hard for a byte-pair merge.
+
+    ``"repeated"``: one character repeated (every pair has the same rank, and each merge
+    makes the next one's pair); ``"random"``: random lower-case ASCII letters (no word repeats,
+    so nothing a cache of pieces could answer).
+    """
+    if kind == "repeated":
+        return "a" * chars
+    rng = random.Random(seed)
+    return "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(chars))
+
+
 def turn_pool(corpus: Corpus, count: int, seed: int, count_tokens: object) -> list[tuple[str, str]]:
     """``count`` (prompt, response) pairs of ≈60 and ≈200 tokens cut from the corpus.
 

@@ -9,7 +9,7 @@ Usage::
     python -m benches --report          # regenerate RESULTS.md / plots / README from results.json
 
 Workloads: tokens (1), turns (2), scaling (3), stores (4), memory (5), fleet (6), longterm (7),
-shared (8), strategies (9), server (10), durable (11).
+shared (8), strategies (9), server (10), recall (11), durable (12).
 Results are stored per workload in ``benches/results.json``, so a workload can be re-run on its own.
 A full run writes results.json, RESULTS.md, the plots and the README section; ``--quick`` writes
 none of them unless ``--write`` is given. The exit status is 1 when a workload or a contender
@@ -24,6 +24,7 @@ import json
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -44,6 +45,14 @@ from benches import (
     report,
 )
 from benches.harness import BENCH_DIR, Config, WorkloadResult, environment, loadavg
+
+
+def _recall(cfg: Config, log: Callable[[str], None]) -> WorkloadResult:
+    # Imported when run: the workload loads the embedding model, which the others do not need.
+    from benches import bench_recall
+
+    return bench_recall.run(cfg, log)
+
 
 WORKLOADS = {
     "tokens": ("1. Token counting (exact o200k_base)", bench_tokens.run),
@@ -68,7 +77,8 @@ WORKLOADS = {
         bench_strategies.run,
     ),
     "server": ("10. Server: memlane serve under 20 concurrent clients", bench_server.run),
-    "durable": ("11. Durable paths against floors of the same durability", bench_durable.run),
+    "recall": ("11. Recall by meaning: keyword, semantic and hybrid search", _recall),
+    "durable": ("12. Durable paths against floors of the same durability", bench_durable.run),
 }
 RESULTS_JSON = BENCH_DIR / "results.json"
 
