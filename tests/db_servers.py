@@ -556,7 +556,34 @@ def start_pgvector_postgres(workdir: Path) -> Server:
     external = os.environ.get(PGVECTOR_URL_ENV)
     if external:
         return _external("postgres", external, default_port=5432)
-    return _start_cluster(workdir, _pgserver_bindir(), "start_pgvector_postgres")
+    bindir = _pgserver_bindir()
+    if os.geteuid() == 0:
+        run_as = _ensure_pg_user()
+        if not _can_traverse(bindir, run_as):
+            bindir = _copy_install(bindir.parent, run_as)
+    return _start_cluster(workdir, bindir, "start_pgvector_postgres")
+
+
+def _copy_install(install: Path, run_as: _RunAs) -> Path:
+    """A copy of pgserver's PostgreSQL that ``run_as`` can read and run; its ``bin``.
+
+    The wheel's binaries live in the venv, which may sit under a home directory the server's
+    unprivileged user cannot enter (``/root`` is 0700); Debian's live in ``/usr/lib``. The copy
+    (about 30 MB: the install without its headers, and the libraries the wheel vendors beside
+    the package, which the binaries' rpath finds at ``$ORIGIN/../../../pgserver.libs``) goes
+    to a private temp dir, removed at interpreter exit.
+    """
+    base = Path(tempfile.mkdtemp(prefix="memlane-pginstall-"))
+    _cleanup_dirs.append(base)
+    base.chmod(0o755)
+    copy = base / "pgserver" / "pginstall"
+    shutil.copytree(install, copy, symlinks=True, ignore=shutil.ignore_patterns("include"))
+    libs = install.parent.parent / "pgserver.libs"
+    if libs.is_dir():
+        shutil.copytree(libs, base / "pgserver.libs", symlinks=True)
+    if not _can_traverse(copy / "bin", run_as):
+        raise ServerError(f"user {run_as.name} cannot reach {copy} either")
+    return copy / "bin"
 
 
 def _pgserver_bindir() -> Path:

@@ -478,5 +478,6 @@ class PostgreSQLStore(NetworkVectorStore[Any]):
         return [self._entry(row) for row in rows]
 
     def _vector_fallback(self) -> None:
-        if self._vectors.vector_schema is None:
+        # A read-only store of a schema made before vectors has none to score.
+        if self._vectors.has_table and self._vectors.vector_schema is None:
             self._warn_vector_fallback(self._vectors.problem)
