@@ -18,6 +18,7 @@ import pytest
 
 from memlane import ConversationMemory, SQLiteStore, _backend
 from memlane.conversation import summary_backoff
+from memlane.conversation.agent_hooks import async_fold_by_strategy, fold_by_strategy
 from memlane.conversation.summary_backoff import BACKOFF_CAP, BACKOFF_INITIAL, SummaryBackoff
 from memlane.errors import ConversationNotFoundError
 from memlane.messages import message_texts
@@ -359,3 +360,40 @@ class TestTheDefaultThresholdIsAlwaysValid:
             summarizer=CountingSummarizer(),
         )
         works.add_turn("c", "q", "a")
+
+
+class TestAnAgentsStrategy:
+    """The fold an agent's own summarizer strategy runs after a run fails safe the same way."""
+
+    @pytest.mark.parametrize("mode", MODES)
+    async def test_one_line_and_backed_off(
+        self,
+        impl: _backend.Implementation,
+        mode: str,
+        caplog: pytest.LogCaptureFixture,
+        clock: Clock,
+    ) -> None:
+        model = SummaryModel("failing")
+        memory = ConversationMemory(max_tokens=400)
+        strategy = SummarizerStrategy(
+            interaction_threshold_qty=3, interaction_keep=1, cod_max_loops=1
+        )
+        for i in range(3):
+            await call(memory, "add_turn", mode, "c", f"question {i}", f"answer {i}")
+        fold = fold_by_strategy if mode == "sync" else async_fold_by_strategy
+        for _ in range(3):
+            result = fold(memory, "c", strategy, model=model.model)
+            plan = await result if mode == "async" else result
+            assert not plan.fold
+        assert model.calls == 1
+        [record] = warnings_of(caplog)
+        assert "'c'" in record.getMessage()
+        assert record.exc_info is None
+        assert (await call(memory, "summary_status", mode, "c")).state == "failing"
+        clock.advance(BACKOFF_INITIAL)
+        model.kind = "text"
+        result = fold(memory, "c", strategy, model=model.model)
+        plan = await result if mode == "async" else result
+        assert len(plan.fold) == 2
+        assert await call(memory, "get_summary", mode, "c") == model.answers[0]
+        assert (await call(memory, "summary_status", mode, "c")).state == "ok"

@@ -15,7 +15,6 @@ The fold is one plan (:func:`_fold_plan`), prepared with its store and summarize
 from __future__ import annotations
 
 import inspect
-import logging
 from collections.abc import Callable, Coroutine
 from typing import Any, Generic, NamedTuple, ParamSpec, TypeVar
 
@@ -35,7 +34,6 @@ from memlane.strategies import (
 
 __all__ = ["async_fold_by_strategy", "fold_by_strategy"]
 
-logger = logging.getLogger("memlane")
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -90,6 +88,7 @@ def _fold_plan(
     strategy: LongTermStrategy,
     input_tokens: int | None,
     outcomes: ToolOutcomes,
+    summarizer: Summarizer | None,
 ) -> Plan[LongTermPlan]:
     conversations, summaries = memory._conversations, memory._summaries
     yield from conversations.locked(cid)
@@ -112,18 +111,30 @@ def _fold_plan(
         return plan
     count = len(plan.fold)
     summary: str | None = None
+    turns = summaries.summary_input(state, count)
     if isinstance(strategy, SummarizerStrategy):
+        summary = state.summary  # only pins to pass over: the summary stays
+    if isinstance(strategy, SummarizerStrategy) and any(
+        not t.metadata.get("summary") for t in turns
+    ):
+        if not summaries.backoff.ready(cid, first):
+            return LongTermPlan(())  # backed off after a failure: the turns wait
         # The lock is held while the model summarises: another turn of this conversation
         # waits rather than being folded by a summary that never saw it.
         try:
-            summary = yield Summarize(summaries.summary_input(state, count))
-        except Exception:  # noqa: BLE001  # a failing summarizer must never lose a turn
-            logger.warning("memlane: summarizer failed; turns kept unsummarised", exc_info=True)
+            summary = yield Summarize(turns)
+            if not isinstance(summary, str):
+                raise TypeError(f"summarizer must return str, not {type(summary).__name__}")
+            if not summary.strip():
+                raise ValueError("the summarizer returned an empty summary")
+        except Exception as exc:  # noqa: BLE001  # a failing summarizer must never lose a turn
+            # Reported once, and not retried at every run (see SummaryBackoff).
+            summaries.backoff.failed(cid, first, exc, summarizer, count)
             return LongTermPlan(())
-        if not isinstance(summary, str):
-            raise TypeError(f"summarizer must return str, not {type(summary).__name__}")
     basis = (state, state.summarized_turns, tuple(state.entry_ids)[:count])
     committed = yield from summaries.commit_plan(cid, basis, count, summary, strategy)
+    if committed:
+        summaries.backoff.succeeded(cid)
     return plan if committed else LongTermPlan(())
 
 
@@ -180,7 +191,7 @@ def _fold_by_strategy(
     if isinstance(strategy, SummarizerStrategy) and summarizer is None:
         raise ValueError("a SummarizerStrategy needs a model: set its model or the agent's")
     outcomes = tool_outcomes if tool_outcomes is not None else ToolOutcomes()
-    plan = _fold_plan(memory, cid, strategy, input_tokens, outcomes)
+    plan = _fold_plan(memory, cid, strategy, input_tokens, outcomes, summarizer)
     return _Run(plan, memory.store, summarizer)
 
 
