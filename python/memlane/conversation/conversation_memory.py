@@ -36,6 +36,7 @@ from memlane._runner import (
 from memlane._validate import check_positive_int, check_str, check_ttl
 from memlane.conversation import extraction_jobs as extraction_plans
 from memlane.conversation import history_reads as reads
+from memlane.conversation import snapshot_plans
 from memlane.conversation import summary_controls as controls
 from memlane.conversation.conversation_budget import ConversationBudget
 from memlane.conversation.conversation_cache import check_cid
@@ -52,14 +53,12 @@ from memlane.conversation.memory_options import (
     summarizer_strategy,
 )
 from memlane.conversation.rolling_summary import default_threshold
-from memlane.conversation.snapshot import export_snapshot, parse_snapshot
 from memlane.conversation.turn_plans import (
     NewTurn,
     add_turn_now,
     add_turn_plan,
     check_messages,
     check_metadata,
-    import_plan,
     transcript_plan,
 )
 from memlane.stores._base import read_only_error
@@ -416,54 +415,10 @@ class ConversationMemory:
 
     # ------------------------------------------------------------------ export / import
 
-    def _export_conversation(self, conversation_id: str) -> Plan[dict[str, Any]]:
-        """A JSON-ready snapshot of a conversation.
-
-        Returns:
-            ``conversation_id``, ``turns`` (``turn_id``, ``user_prompt``,
-            ``assistant_response``, ``token_estimate``, ``metadata``, ``timestamp`` and
-            ``raw_messages`` serialised with pydantic-ai's ``ModelMessagesTypeAdapter``),
-            ``summary``, ``summary_created_at``, ``summarized_turns``, ``total_tokens``, and
-            the conversation's budget: ``max_tokens`` and ``summarize_threshold`` (an import
-            keeps them).
-
-        Raises:
-            ConversationNotFoundError: (a ``KeyError``) the id is unknown.
-        """
-        cid = check_cid(conversation_id)
-        yield from self._conversations.locked(cid)
-        state = yield from self._conversations.existing_plan(cid)
-        return export_snapshot(cid, state, self._conversations.budget_of(state))
-
-    export_conversation = sync_method(_export_conversation)
-    async_export_conversation = async_method(_export_conversation)
-    del _export_conversation
-
-    def _import_conversation(
-        self, data: dict[str, Any], *, conversation_id: str | None = None
-    ) -> Plan[str]:
-        """Loads an :meth:`export_conversation` snapshot; returns the conversation id.
-
-        Missing or zero token estimates are re-computed; turns without ``raw_messages`` are rebuilt
-        from their prompt and response. The whole snapshot is validated before anything is
-        stored.
-
-        Args:
-            data: The snapshot.
-            conversation_id: Import under this id instead of the snapshot's (or a new one).
-
-        Raises:
-            ValueError: The snapshot is malformed, or the id already holds a conversation
-                (nothing is overwritten).
-        """
-        snapshot = parse_snapshot(data, self.estimator)
-        cid = check_cid(snapshot.target_id(conversation_id))
-        yield from self._conversations.locked(cid)
-        return (yield from import_plan(self._conversations, self._summaries, cid, snapshot))
-
-    import_conversation = sync_method(_import_conversation)
-    async_import_conversation = async_method(_import_conversation)
-    del _import_conversation
+    export_conversation = sync_method(snapshot_plans.export_conversation)
+    async_export_conversation = async_method(snapshot_plans.export_conversation)
+    import_conversation = sync_method(snapshot_plans.import_conversation)
+    async_import_conversation = async_method(snapshot_plans.import_conversation)
 
     extract_facts = sync_method(extraction_plans.extract_facts)
     async_extract_facts = async_method(extraction_plans.extract_facts)
