@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 
     from memlane._backend import BACKEND
     from memlane.conversation import ConversationMemory
+    from memlane.conversation.summary_backoff import SummaryStatus
     from memlane.errors import (
         ConversationNotFoundError,
         CorruptStoreError,
@@ -79,6 +80,7 @@ _LAZY: dict[str, str] = {
     "StoreConnectionError": _ERRORS,
     "StoreError": _ERRORS,
     "StorePathError": _ERRORS,
+    "SummaryStatus": "memlane.conversation.summary_backoff",
     "TokenEstimator": "memlane.tokens",
     "UnstorableValueError": _ERRORS,
     "UserNotFoundError": _ERRORS,
@@ -138,6 +140,7 @@ __all__ = [
     "StoreConnectionError",
     "StoreError",
     "StorePathError",
+    "SummaryStatus",
     "TokenEstimator",
     "UnstorableValueError",
     "UserNotFoundError",
