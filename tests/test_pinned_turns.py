@@ -10,11 +10,15 @@ import re
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from pydantic_ai.messages import ModelResponse
 
 from memlane import ConversationMemory, SQLiteStore, _backend
 from memlane.errors import ConversationNotFoundError
 from memlane.messages import message_texts
 from memlane.strategies import MemoryMaxTokensStrategy
+from memlane.types import ConversationTurn
 from summary_models import CountingSummarizer, call
 
 MODES = ["sync", "async"]
@@ -204,3 +208,42 @@ class TestTheFlagIsKept:
         snapshot["pinned_turns"][0]["turn_id"] = snapshot["summarized_turns"]
         with pytest.raises(ValueError, match=r"data\['pinned_turns'\]\[0\]\['turn_id'\]"):
             summarising().import_conversation(snapshot)
+
+
+class TestPinsKeepTheInvariants:
+    """Random turn sizes, pins and summary lengths: every kept turn is sent, every pin is kept,
+    the history fits the budget, and every other turn is sent or summarised."""
+
+    @given(
+        turns=st.lists(st.tuples(st.integers(1, 60), st.booleans()), min_size=1, max_size=20),
+        summary_words=st.integers(1, 30),
+    )
+    def test_random(
+        self, impl: _backend.Implementation, turns: list[tuple[int, bool]], summary_words: int
+    ) -> None:
+        def summarize(folded: list[ConversationTurn]) -> str:
+            return " ".join(["gist"] * summary_words)
+
+        memory = ConversationMemory(max_tokens=300, summarize_threshold=200, summarizer=summarize)
+        pinned: list[int] = []
+        for i, (size, pin) in enumerate(turns):
+            prompt = f"[t{i:02d}] " + "word " * size
+            try:
+                memory.add_turn("c", prompt, "ok", pinned=pin)
+            except ValueError:
+                assert pin  # only a pin the budget cannot hold is refused
+                continue
+            if pin:
+                pinned.append(i)
+            history = memory.get_message_history("c")
+            kept = memory.get_turns("c")
+            assert sum(isinstance(m, ModelResponse) for m in history) == len(kept)
+            assert memory.get_history_tokens("c") <= 300
+            text = " ".join(message_texts(history))
+            for number in pinned:
+                assert f"[t{number:02d}]" in text
+            kept_ids = [t.turn_id for t in kept]
+            assert kept_ids == sorted(kept_ids)
+            assert [t.turn_id for t in kept if t.metadata.get("pinned")] == [
+                t.turn_id for t in memory.get_transcript("c") if t.metadata.get("pinned")
+            ]
