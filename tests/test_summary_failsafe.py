@@ -22,7 +22,7 @@ from memlane.conversation.agent_hooks import async_fold_by_strategy, fold_by_str
 from memlane.conversation.summary_backoff import BACKOFF_CAP, BACKOFF_INITIAL, SummaryBackoff
 from memlane.errors import ConversationNotFoundError
 from memlane.messages import message_texts
-from memlane.strategies import SummarizerStrategy
+from memlane.strategies import LongTermPlan, SummarizerStrategy
 from summary_models import Clock, CountingSummarizer, SummaryModel, call
 
 MODES = ["sync", "async"]
@@ -380,11 +380,14 @@ class TestAnAgentsStrategy:
         )
         for i in range(3):
             await call(memory, "add_turn", mode, "c", f"question {i}", f"answer {i}")
-        fold = fold_by_strategy if mode == "sync" else async_fold_by_strategy
+
+        async def fold() -> LongTermPlan:
+            if mode == "sync":
+                return fold_by_strategy(memory, "c", strategy, model=model.model)
+            return await async_fold_by_strategy(memory, "c", strategy, model=model.model)
+
         for _ in range(3):
-            result = fold(memory, "c", strategy, model=model.model)
-            plan = await result if mode == "async" else result
-            assert not plan.fold
+            assert not (await fold()).fold
         assert model.calls == 1
         [record] = warnings_of(caplog)
         assert "'c'" in record.getMessage()
@@ -392,8 +395,6 @@ class TestAnAgentsStrategy:
         assert (await call(memory, "summary_status", mode, "c")).state == "failing"
         clock.advance(BACKOFF_INITIAL)
         model.kind = "text"
-        result = fold(memory, "c", strategy, model=model.model)
-        plan = await result if mode == "async" else result
-        assert len(plan.fold) == 2
+        assert len((await fold()).fold) == 2
         assert await call(memory, "get_summary", mode, "c") == model.answers[0]
         assert (await call(memory, "summary_status", mode, "c")).state == "ok"
