@@ -23,7 +23,14 @@ file store's scan), so they are compared to :data:`SCORE_TOLERANCE`.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
+import os
+import random
+import sqlite3
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Sequence
 from datetime import timedelta
 from pathlib import Path
@@ -37,13 +44,13 @@ from memlane.errors import CorruptStoreError, ReadOnlyStoreError
 from memlane.stores import EntryVector, FileStore, InMemoryStore, SQLiteStore, VectorStore
 from memlane.stores.file import namespace_filename
 from memlane.stores.protocol import SEARCH_TEXT
-from memlane.stores.vectors import text_digest, unit
+from memlane.stores.vectors import decode_vector, text_digest, unit
 from memlane.types import MemoryEntry, utc_now
 from store_kinds import Made, open_store
 
 SCORE_TOLERANCE = 1e-5
 
-LOCAL_VECTOR_STORES = ["memory", "file"]
+LOCAL_VECTOR_STORES = ["memory", "file", "sqlite"]
 """The stores this module runs the contract on; network stores run it from their own module."""
 
 MODEL = "test:model"
@@ -359,7 +366,7 @@ class TestLocalStoresKeepTheVectorContract(VectorStoreContract):
 class TestReadOnlyStoresTakeNoVectors:
     """A store opened read-only refuses save_vectors and still searches the vectors it has."""
 
-    @pytest.mark.parametrize("kind", ["file"])
+    @pytest.mark.parametrize("kind", ["file", "sqlite"])
     def test_persistent(self, kind: str, impl: _backend.Implementation, tmp_path: Path) -> None:
         path = tmp_path / "store"
         kinds: dict[str, Any] = {"sqlite": SQLiteStore, "file": FileStore}
@@ -443,3 +450,177 @@ class TestFileStoreVectorsLiveInTheLog:
         path.write_bytes(path.read_bytes().replace(b'"vector": "', b'"vector": "!'))
         with pytest.raises(CorruptStoreError, match="corrupt memlane file"):
             FileStore(tmp_path).vector_search(["ns"], [1, 0], model=MODEL)
+
+
+# ------------------------------------------------------------------------------ SQLite files
+
+PRE_VECTOR_DROP = """
+DROP TRIGGER memory_vectors_delete;
+DROP TRIGGER memory_vectors_update;
+DROP TABLE memory_vectors;
+"""
+
+
+def pre_vector_file(path: Path) -> MemoryEntry:
+    """An SQLite store file as memlane wrote it before vectors: one searchable entry."""
+    entry = doc("coffee black")
+    with SQLiteStore(path) as store:
+        store.save("ns", entry)
+    conn = sqlite3.connect(path)
+    conn.executescript(PRE_VECTOR_DROP)
+    conn.close()
+    return entry
+
+
+class TestSQLiteVectorsLiveInTheFile:
+    """SQLiteStore keeps vectors in a table of its file, one schema for both paths."""
+
+    def test_a_pre_vector_file_gains_the_table(
+        self, impl: _backend.Implementation, tmp_path: Path
+    ) -> None:
+        path = tmp_path / "old.sqlite3"
+        entry = pre_vector_file(path)
+        with SQLiteStore(path) as store:
+            assert store.missing_vectors(["ns"], MODEL) == [entry]
+            assert store.save_vectors("ns", MODEL, [vec(entry, 1, 0)]) == 1
+            assert contents(store.vector_search(["ns"], [1, 0], model=MODEL)) == ["coffee black"]
+
+    def test_read_only_open_of_a_pre_vector_file_changes_nothing(
+        self, impl: _backend.Implementation, tmp_path: Path
+    ) -> None:
+        path = tmp_path / "old.sqlite3"
+        entry = pre_vector_file(path)
+        before = path.read_bytes()
+        with SQLiteStore(path, read_only=True) as store:
+            assert store.vector_search(["ns"], [1, 0], model=MODEL) == []
+            assert store.missing_vectors(["ns"], MODEL) == [entry]
+        assert path.read_bytes() == before
+
+    def test_either_implementation_reads_the_others_vectors(self, tmp_path: Path) -> None:
+        path = tmp_path / "shared.sqlite3"
+        a, b = doc("alpha"), doc("beta")
+        with _backend.use("rust"), SQLiteStore(path) as store:
+            store.save_many("ns", [a, b])
+            store.save_vectors("ns", MODEL, [vec(a, 1, 0)])
+        with _backend.use("python"), SQLiteStore(path) as store:
+            assert contents(store.vector_search(["ns"], [1, 0], model=MODEL)) == ["alpha"]
+            store.save_vectors("ns", MODEL, [vec(b, 0.6, 0.8)])
+        with _backend.use("rust"), SQLiteStore(path) as store:
+            hits = store.vector_search(["ns"], [0, 1], model=MODEL)
+            assert contents(hits) == ["beta", "alpha"]
+            assert hits[0].score == pytest.approx(0.8, abs=SCORE_TOLERANCE)
+
+    def test_scores_agree_between_implementations(self, tmp_path: Path) -> None:
+        path = tmp_path / "scores.sqlite3"
+        rng = random.Random(7)
+        entries = [doc(f"fact {i}", importance=rng.choice([0.3, 0.6])) for i in range(200)]
+        with SQLiteStore(path) as store:
+            store.save_many("ns", entries)
+            vectors = [vec(e, *(rng.uniform(-1, 1) for _ in range(64))) for e in entries]
+            store.save_vectors("ns", MODEL, vectors)
+        query = [rng.uniform(-1, 1) for _ in range(64)]
+        found = {}
+        for name in ("rust", "python"):
+            with _backend.use(name), SQLiteStore(path, read_only=True) as store:
+                found[name] = store.vector_search(["ns"], query, model=MODEL, limit=50)
+        rust, python = found["rust"], found["python"]
+        assert [h.entry.entry_id for h in rust] == [h.entry.entry_id for h in python]
+        for r, p in zip(rust, python, strict=True):
+            assert r.score == pytest.approx(p.score, abs=SCORE_TOLERANCE)
+
+
+WORKER = r"""
+import hashlib, json, os, random, sys
+from memlane.stores import EntryVector, SQLiteStore
+from memlane.stores.vectors import decode_vector, text_digest, unit
+from memlane.types import MemoryEntry
+
+cfg = json.loads(sys.argv[1])
+
+def meaning(text):
+    # The vector "an embedder" gives a text: deterministic, so any process can check it.
+    raw = hashlib.sha256(text.encode()).digest()
+    return unit([b - 127.5 for b in raw[:16]])
+
+store = SQLiteStore(cfg["path"])
+rng = random.Random(cfg["seed"])
+ids = cfg["ids"]
+checked = 0
+rounds = cfg["rounds"]
+round_ = 0
+while round_ < rounds:
+    round_ += 1
+    if cfg["role"] == "writer":
+        entry_id = rng.choice(ids)
+        text = f"text {rng.randrange(4)} of {entry_id}"
+        store.save("ns", MemoryEntry(entry_id=entry_id, content=text,
+                                     metadata={"search_text": text}))
+    elif cfg["role"] == "embedder":
+        batch = store.missing_vectors(["ns"], "m", limit=8)
+        # Embedded "slowly": a writer may change a text before the vector is saved.
+        vectors = [EntryVector(e.entry_id, text_digest(e.metadata["search_text"]),
+                               meaning(e.metadata["search_text"])) for e in batch]
+        if vectors:
+            store.save_vectors("ns", "m", vectors)
+    else:
+        query = meaning(f"text {rng.randrange(4)} of {rng.choice(ids)}")
+        for hit in store.vector_search(["ns"], query, model="m", limit=5):
+            expected = sum(a * b for a, b in zip(meaning(hit.entry.metadata["search_text"]), query))
+            assert abs(hit.score - expected) < 1e-4, (hit.entry.content, hit.score, expected)
+            checked += 1
+        if not checked and rounds < 100_000:
+            rounds += 1  # nothing embedded yet: the rounds count from the first hit
+store.close()
+print(json.dumps({"role": cfg["role"], "checked": checked}))
+"""
+
+
+class TestSQLiteVectorsAcrossProcesses:
+    """Processes writing entries, saving vectors and searching one file at once: a vector
+    only ever stands for its entry's current text."""
+
+    def test_writers_embedders_and_a_searcher(self, tmp_path: Path) -> None:
+        path = tmp_path / "shared.sqlite3"
+        ids = [f"e{i}" for i in range(12)]
+        SQLiteStore(path).close()
+        roles = [
+            ("writer", "0", 150),
+            ("writer", "1", 150),
+            ("embedder", "0", 150),
+            ("embedder", "1", 150),
+            ("searcher", "0", 150),
+        ]
+        procs = []
+        for n, (role, pure, rounds) in enumerate(roles):
+            cfg = {"path": str(path), "role": role, "seed": n, "ids": ids, "rounds": rounds}
+            env = {**os.environ, "MEMLANE_PURE_PYTHON": pure}
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, "-c", WORKER, json.dumps(cfg)],
+                    env=env,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                )
+            )
+        results = []
+        for proc in procs:
+            out, err = proc.communicate(timeout=300)
+            assert proc.returncode == 0, err
+            results.append(json.loads(out))
+        assert [r["role"] for r in results] == [role for role, _, _ in roles]
+        assert results[-1]["checked"] > 0  # the searcher saw vectors while they changed
+        # Every vector left in the file is the one of its entry's current text.
+        conn = sqlite3.connect(path)
+        rows = conn.execute(
+            "SELECT json_extract(e.metadata, '$.search_text'), v.digest, v.vector "
+            "FROM memory_vectors AS v JOIN memory_entries AS e ON e.seq = v.seq"
+        ).fetchall()
+        conn.close()
+        assert rows, "the embedders attached vectors"
+        for text, digest, blob in rows:
+            assert digest == text_digest(text)
+            stored = decode_vector(blob)
+            raw = hashlib.sha256(text.encode()).digest()
+            expected = unit([b - 127.5 for b in raw[:16]])
+            assert stored == pytest.approx(expected, abs=1e-6)

@@ -391,6 +391,38 @@ class SqliteTable:
         Raises:
             ValueError: The table is closed.
         """
+    def search_texts(
+        self, namespace: str, entry_ids: list[str], now: float
+    ) -> list[tuple[str, str]]:
+        """(entry id, search text) of the unexpired entries among ``entry_ids`` that have one."""
+    def save_vectors(
+        self,
+        namespace: str,
+        model: str,
+        dims: int,
+        items: list[tuple[str, str, str, bytes]],
+        now: float,
+    ) -> int:
+        """Attaches each ``(entry_id, text, digest, float32 bytes)`` whose unexpired entry
+        still has ``text`` as its search text, replacing the entry's vector; one
+        ``BEGIN IMMEDIATE`` transaction; how many were attached."""
+    def vector_search(
+        self,
+        namespaces: list[str],
+        model: str,
+        query: list[float],
+        limit: int,
+        min_importance: float,
+        now: float,
+    ) -> list[tuple[_Row, float]]:
+        """The best ``limit`` rows by dot product of ``query`` with their vector of ``model``
+        and ``len(query)`` dimensions, unexpired at ``now`` with ``importance >=
+        min_importance``: best first, then importance, then insertion. The GIL is released
+        while the vectors are read and scored."""
+    def missing_vectors(
+        self, namespaces: list[str], model: str, limit: int, now: float
+    ) -> list[_Row]:
+        """Unexpired rows with a search text and no vector of ``model``, oldest first."""
     def delete(self, namespace: str, entry_id: str) -> bool:
         """Removes an entry of this namespace; whether there was one.
 

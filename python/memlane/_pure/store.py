@@ -26,17 +26,39 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
-import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+
+from memlane._pure import sqlite_vectors
 
 # The in-memory table and the row-to-entry builder have modules of their own; the names are
 # imported here too, where the twins and their tests look them up.
 from memlane._pure.entry_builder import EntryKit, Row, build_entries, build_entry
 from memlane._pure.memory_table import MemoryTable, _live
+from memlane._pure.sqlite_open import (
+    NOT_A_STORE,
+    OUTDATED,
+    begin,
+    check_memlane,
+    has_search,
+    has_vectors,
+    has_version,
+    migrate,
+    with_lock_retry,
+)
+from memlane._pure.sqlite_vectors import READ_ONLY_VECTORS, VECTOR_SCHEMA
 
-__all__ = ["EntryKit", "MemoryTable", "Row", "SqliteTable", "_live", "build_entries", "build_entry"]
+__all__ = [
+    "NOT_A_STORE",
+    "OUTDATED",
+    "EntryKit",
+    "MemoryTable",
+    "Row",
+    "SqliteTable",
+    "_live",
+    "build_entries",
+    "build_entry",
+]
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS memory_entries (
@@ -128,106 +150,6 @@ _COLUMNS = "entry_id, scope, key, content, metadata, created_at, expires_at, imp
 _LIVE = "(expires_at IS NULL OR expires_at > ?)"
 
 
-def _with_lock_retry(op: Callable[[], object]) -> None:
-    """Runs ``op``, retrying for up to 30 s while the database is locked.
-
-    Switching a fresh file to WAL takes a lock that SQLite's busy handler does not wait for,
-    so processes opening the same new file at once would otherwise fail with "database is
-    locked" (the Rust table retries the same way). ``op`` must be safe to repeat: a statement
-    that failed to take its lock did nothing.
-    """
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            op()
-            return
-        except sqlite3.OperationalError as exc:
-            if "locked" not in str(exc) or time.monotonic() >= deadline:
-                raise
-            time.sleep(0.01)
-
-
-def _begin(conn: sqlite3.Connection) -> None:
-    """Starts a write transaction, waiting (busy handler, then retries) for other writers."""
-    _with_lock_retry(lambda: conn.execute("BEGIN IMMEDIATE"))
-
-
-NOT_A_STORE = "not a memlane store"
-"""How both tables begin the message of a database that holds no memlane table (the store
-maps it to :class:`~memlane.errors.NotAStoreError`)."""
-
-OUTDATED = "made by an older memlane: open it once writable to upgrade it"
-"""Why a read-only open refuses a memlane file that lacks the version column or the index."""
-
-
-def _check_memlane(conn: sqlite3.Connection, read_only: bool) -> None:
-    """Refuses a database that is not a memlane store, before anything is written to it.
-
-    A writable open accepts an empty database (it becomes a store) and refuses one holding
-    other tables and not memlane's; a read-only open refuses both, and also a memlane file
-    it would have to migrate.
-    """
-    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    if "memory_entries" not in tables:
-        if tables:
-            raise sqlite3.DatabaseError(
-                f"{NOT_A_STORE}: it holds another application's tables ({len(tables)}), no memory_entries"
-            )
-        if read_only:
-            raise sqlite3.DatabaseError(f"{NOT_A_STORE}: the database is empty")
-        return
-    if read_only and not (_has_version(conn) and _has_search(conn)):
-        raise sqlite3.OperationalError(OUTDATED)
-
-
-def _has_version(conn: sqlite3.Connection) -> bool:
-    return any(col[1] == "version" for col in conn.execute("PRAGMA table_info(memory_entries)"))
-
-
-def _has_search(conn: sqlite3.Connection) -> bool:
-    found = conn.execute("SELECT count(*) FROM sqlite_master WHERE name = 'memory_search'")
-    count: int = found.fetchone()[0]
-    return count > 0
-
-
-def _statements(script: str) -> Iterator[str]:
-    """The statements of ``script``, one by one.
-
-    ``executescript`` would commit the transaction a migration runs in; ``complete_statement``
-    knows that the semicolons inside a trigger's body do not end it.
-    """
-    statement = ""
-    for line in script.splitlines(keepends=True):
-        statement += line
-        if sqlite3.complete_statement(statement):
-            yield statement
-            statement = ""
-    if statement.strip():  # the last statement needs no semicolon
-        yield statement
-
-
-def _migrate(
-    conn: sqlite3.Connection, done: Callable[[sqlite3.Connection], bool], upgrade: str
-) -> None:
-    """Runs ``upgrade`` unless ``done`` says the file already has it.
-
-    Checked again inside a write transaction: processes opening one old file at once all see
-    the upgrade missing, and only the first may apply it; the others wait for its commit and
-    then find it done.
-    """
-    if done(conn):
-        return
-    _begin(conn)
-    try:
-        if not done(conn):
-            for statement in _statements(upgrade):
-                conn.execute(statement)
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-    conn.execute("COMMIT")
-
-
 def match_query(terms: list[str]) -> str:
     """The FTS5 query matching any of ``terms``: each one a string (``"..."``, quotes
     doubled), so no term can be an FTS5 operator, column filter or prefix, joined by ``OR``.
@@ -261,20 +183,23 @@ class SqliteTable:
         try:
             # Another process may be switching a new file to WAL, whose lock the busy
             # handler does not wait for: retried as the PRAGMAs are.
-            _with_lock_retry(lambda: _check_memlane(conn, read_only))
+            with_lock_retry(lambda: check_memlane(conn, read_only))
         except BaseException:
             conn.close()
             raise
         self._conn: sqlite3.Connection | None = conn
         self._lock = threading.Lock()
         if read_only:
+            if not has_vectors(conn):
+                conn.execute(READ_ONLY_VECTORS)
             return
         for pragma in PRAGMAS:
-            _with_lock_retry(lambda: conn.execute(pragma))  # noqa: B023 (called at once)
+            with_lock_retry(lambda: conn.execute(pragma))  # noqa: B023 (called at once)
         with self._lock:
             conn.executescript(SCHEMA)
-            _migrate(conn, _has_version, ADD_VERSION)
-            _migrate(conn, _has_search, SEARCH_SCHEMA)
+            migrate(conn, has_version, ADD_VERSION)
+            migrate(conn, has_search, SEARCH_SCHEMA)
+            migrate(conn, has_vectors, VECTOR_SCHEMA)
 
     def _open(self) -> sqlite3.Connection:
         """The connection; a ``ValueError`` once closed, as the Rust table raises."""
@@ -307,7 +232,7 @@ class SqliteTable:
         """Upserts rows in one transaction: all of them are written or none."""
         with self._lock:
             conn = self._open()
-            _begin(conn)
+            begin(conn)
             try:
                 for row in rows:
                     self._upsert(conn, namespace, row)
@@ -329,7 +254,7 @@ class SqliteTable:
         """
         with self._lock:
             conn = self._open()
-            _begin(conn)
+            begin(conn)
             try:
                 found = conn.execute(
                     f"SELECT version FROM memory_entries WHERE namespace = ? AND key = ? AND {_LIVE}",
@@ -430,6 +355,58 @@ class SqliteTable:
             )
             return [(row[:9], row[9]) for row in cur.fetchall()]
 
+    def search_texts(
+        self, namespace: str, entry_ids: list[str], now: float
+    ) -> list[tuple[str, str]]:
+        """(entry id, search text) of the unexpired entries among ``entry_ids`` with one."""
+        with self._lock:
+            return sqlite_vectors.search_texts(self._open(), namespace, entry_ids, now)
+
+    def save_vectors(
+        self,
+        namespace: str,
+        model: str,
+        dims: int,
+        items: list[tuple[str, str, str, bytes]],
+        now: float,
+    ) -> int:
+        """Attaches each (entry id, text, digest, float32 blob) whose unexpired entry still
+        has that search text, replacing its vector; one transaction; how many."""
+        with self._lock:
+            conn = self._open()
+            begin(conn)
+            try:
+                attached = sqlite_vectors.save_vectors(conn, namespace, model, dims, items, now)
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+            return attached
+
+    def vector_search(
+        self,
+        namespaces: list[str],
+        model: str,
+        query: list[float],
+        limit: int,
+        min_importance: float,
+        now: float,
+    ) -> list[tuple[Row, float]]:
+        """The rows nearest ``query`` by dot product with their vector of ``model`` (see
+        :func:`memlane._pure.sqlite_vectors.vector_search`)."""
+        with self._lock:
+            conn = self._open()
+            return sqlite_vectors.vector_search(
+                conn, namespaces, model, query, limit, min_importance, now
+            )
+
+    def missing_vectors(
+        self, namespaces: list[str], model: str, limit: int, now: float
+    ) -> list[Row]:
+        """Unexpired rows with a search text and no vector of ``model``, oldest first."""
+        with self._lock:
+            return sqlite_vectors.missing_vectors(self._open(), namespaces, model, limit, now)
+
     def delete(self, namespace: str, entry_id: str) -> bool:
         """Removes an entry of this namespace; whether there was one."""
         with self._lock:
@@ -444,7 +421,7 @@ class SqliteTable:
         none); the ids that existed, in the order given."""
         with self._lock:
             conn = self._open()
-            _begin(conn)
+            begin(conn)
             try:
                 gone = [
                     entry_id

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from memlane._pure.store import _live
+from memlane._pure.memory_table import _live
 
 __all__ = ["NUMPY", "VectorIndex", "dot", "numpy_module"]
 

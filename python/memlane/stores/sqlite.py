@@ -33,6 +33,15 @@ from memlane.stores.protocol import (
     now,
     row_to_entry,
 )
+from memlane.stores.vectors import (
+    EntryVector,
+    check_entry_vectors,
+    check_missing_vectors,
+    check_model,
+    check_vector_search,
+    encode_vector,
+    text_digest,
+)
 from memlane.types import MemoryEntry, MemoryScope
 
 __all__ = ["SQLiteStore"]
@@ -130,9 +139,12 @@ class SQLiteStore(LocalStore):
     Several processes can share the file: :meth:`save_if` reads and writes in one
     ``BEGIN IMMEDIATE`` transaction, so it is a compare-and-swap across processes too.
     :meth:`search` ranks entries by their ``metadata["search_text"]`` from an FTS5 index that
-    triggers in the file keep in step with every write. A file written before versions or
-    the index existed is migrated when opened (its entries at version 0, its search texts
-    indexed), once, whichever process gets there first. The index needs SQLite's FTS5 and
+    triggers in the file keep in step with every write; :meth:`vector_search` scores the
+    vectors a ``memory_vectors`` table keeps beside the rows (triggers drop an entry's vector
+    when it is deleted or its search text changes). A file written before versions, the index
+    or vectors existed is migrated when opened (its entries at version 0, its search texts
+    indexed, the vectors table added), once, whichever process gets there first; opened
+    read-only, such a file simply has no vectors. The index needs SQLite's FTS5 and
     JSON functions: the Rust table bundles an SQLite with both, and the pure-Python one uses
     the interpreter's ``sqlite3``, whose usual builds have them. The ``async_`` methods run
     in a worker thread.
@@ -309,6 +321,84 @@ class SQLiteStore(LocalStore):
         return [SearchHit(row_to_entry(row, self.path), score) for row, score in found]
 
     async_search = awaitable(search)
+
+    def save_vectors(self, namespace: str, model: str, vectors: Sequence[EntryVector]) -> int:
+        """Attaches each vector to its unexpired entry whose search text has the vector's
+        digest, replacing the entry's vector (see
+        :meth:`~memlane.stores.protocol.VectorStore.save_vectors`); how many were attached.
+
+        The texts are read, their digests compared here, and the vectors written in one
+        transaction that names the text each was checked against: a text another process
+        changed in between takes no vector made from the old one.
+
+        Raises:
+            TypeError, ValueError: A bad argument, named; vectors of different dimensions.
+            ReadOnlyStoreError: The store was opened read-only.
+            StoreError: SQLite failed (an ``OSError``).
+            StoreClosedError: The store was closed.
+        """
+        namespace, model = check_namespace(namespace), check_model(model)
+        checked = check_entry_vectors(vectors)
+        self._check_write()
+        if not checked:
+            return 0
+        at = now()
+        with self._errors:
+            texts = dict(self._table.search_texts(namespace, [v.entry_id for v in checked], at))
+            items = [
+                (v.entry_id, texts[v.entry_id], v.digest, encode_vector(v.vector))
+                for v in checked
+                if v.entry_id in texts and text_digest(texts[v.entry_id]) == v.digest
+            ]
+            if not items:
+                return 0
+            return self._table.save_vectors(namespace, model, len(checked[0].vector), items, at)
+
+    def vector_search(
+        self,
+        namespaces: Sequence[str],
+        vector: Sequence[float],
+        *,
+        model: str,
+        limit: int = 10,
+        min_importance: float = 0.0,
+    ) -> list[SearchHit]:
+        """The entries nearest ``vector`` by cosine similarity, best first (see
+        :meth:`~memlane.stores.protocol.VectorStore.vector_search`): the vectors of ``model``
+        in ``namespaces`` are read from the file and scored in Rust (or by the twin); ties go
+        to importance, then to the older entry.
+
+        Raises:
+            TypeError, ValueError: A bad argument, named.
+            CorruptStoreError: A found row cannot be decoded; names the file.
+            StoreError: SQLite failed (an ``OSError``).
+            StoreClosedError: The store was closed.
+        """
+        names, query, model, limit, min_importance = check_vector_search(
+            namespaces, vector, model, limit, min_importance
+        )
+        self._check_open()
+        if not names:
+            return []
+        with self._errors:
+            found = self._table.vector_search(
+                names, model, query, min(limit, _MAX_LIMIT), min_importance, now()
+            )
+        return [SearchHit(row_to_entry(row, self.path), score) for row, score in found]
+
+    def missing_vectors(
+        self, namespaces: Sequence[str], model: str, *, limit: int = 1000
+    ) -> list[MemoryEntry]:
+        """Unexpired entries with a search text and no vector of ``model``, in insertion
+        order, at most ``limit`` (see
+        :meth:`~memlane.stores.protocol.VectorStore.missing_vectors`)."""
+        names, model, limit = check_missing_vectors(namespaces, model, limit)
+        self._check_open()
+        if not names:
+            return []
+        with self._errors:
+            rows = self._table.missing_vectors(names, model, min(limit, _MAX_LIMIT), now())
+        return [row_to_entry(row, self.path) for row in rows]
 
     def delete(self, namespace: str, entry_id: str) -> bool:
         """Removes one entry; whether it existed."""

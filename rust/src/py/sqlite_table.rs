@@ -6,6 +6,7 @@ use std::sync::Mutex;
 
 use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
+use pyo3::pybacked::PyBackedBytes;
 use pyo3::types::{PyList, PyTuple};
 use pyo3::Borrowed;
 
@@ -267,6 +268,59 @@ impl SqliteTable {
     ) -> PyResult<Vec<(Row, f64)>> {
         self.run(py, |table| {
             table.search(&namespaces, &terms, limit, min_importance, now)
+        })
+    }
+
+    fn search_texts(
+        &self,
+        py: Python<'_>,
+        namespace: &str,
+        entry_ids: Vec<String>,
+        now: f64,
+    ) -> PyResult<Vec<(String, String)>> {
+        self.run(py, |table| table.search_texts(namespace, &entry_ids, now))
+    }
+
+    fn save_vectors(
+        &self,
+        py: Python<'_>,
+        namespace: &str,
+        model: &str,
+        dims: i64,
+        items: Vec<(String, String, String, PyBackedBytes)>,
+        now: f64,
+    ) -> PyResult<usize> {
+        self.run(py, |table| {
+            table.save_vectors(namespace, model, dims, &items, now)
+        })
+    }
+
+    #[allow(clippy::too_many_arguments)] // the search's arguments, each typed
+    fn vector_search(
+        &self,
+        py: Python<'_>,
+        namespaces: Vec<String>,
+        model: &str,
+        query: Vec<f32>,
+        limit: usize,
+        min_importance: f64,
+        now: f64,
+    ) -> PyResult<Vec<(Row, f64)>> {
+        self.run(py, |table| {
+            table.vector_search(&namespaces, model, &query, limit, min_importance, now)
+        })
+    }
+
+    fn missing_vectors(
+        &self,
+        py: Python<'_>,
+        namespaces: Vec<String>,
+        model: &str,
+        limit: i64,
+        now: f64,
+    ) -> PyResult<Vec<Row>> {
+        self.run(py, |table| {
+            table.missing_vectors(&namespaces, model, limit, now)
         })
     }
 

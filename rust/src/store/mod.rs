@@ -4,3 +4,4 @@
 pub mod memory;
 pub mod search;
 pub mod sqlite;
+pub mod sqlite_vectors;

@@ -23,6 +23,8 @@ use std::time::Duration;
 
 use rusqlite::{params, Connection, OpenFlags};
 
+use super::sqlite_vectors::{self, Attach};
+
 /// The on-disk schema, byte for byte the twin's `SCHEMA` (a unit test compares them).
 pub const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS memory_entries (
@@ -340,7 +342,7 @@ pub fn match_query(terms: &[String]) -> String {
 
 /// `items` as a JSON array of strings, for `json_each`: one bound parameter whatever their
 /// number, so no statement outgrows SQLite's limit on parameters.
-fn json_strings(items: &[String]) -> String {
+pub(crate) fn json_strings(items: &[String]) -> String {
     let mut out = String::from("[");
     for (i, item) in items.iter().enumerate() {
         if i > 0 {
@@ -363,7 +365,7 @@ fn json_strings(items: &[String]) -> String {
     out
 }
 
-fn read_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Row> {
+pub(crate) fn read_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Row> {
     Ok(Row {
         entry_id: row.get(0)?,
         scope: row.get(1)?,
@@ -529,6 +531,9 @@ impl SqliteTable {
         })?;
         checked?;
         if read_only {
+            if !sqlite_vectors::has_vectors(&conn)? {
+                conn.execute_batch(sqlite_vectors::READ_ONLY_VECTORS)?;
+            }
             return Ok(Self { conn });
         }
         for pragma in PRAGMAS {
@@ -537,6 +542,11 @@ impl SqliteTable {
         conn.execute_batch(SCHEMA)?;
         migrate(&conn, has_version, ADD_VERSION)?;
         migrate(&conn, has_search, SEARCH_SCHEMA)?;
+        migrate(
+            &conn,
+            sqlite_vectors::has_vectors,
+            sqlite_vectors::VECTOR_SCHEMA,
+        )?;
         Ok(Self { conn })
     }
 
@@ -690,6 +700,76 @@ impl SqliteTable {
         Ok(hits.collect::<rusqlite::Result<_>>()?)
     }
 
+    /// (entry id, search text) of the unexpired entries among `entry_ids` that have one.
+    pub fn search_texts(
+        &self,
+        namespace: &str,
+        entry_ids: &[String],
+        now: f64,
+    ) -> Result<Vec<(String, String)>, Error> {
+        Ok(sqlite_vectors::search_texts(
+            &self.conn, namespace, entry_ids, now,
+        )?)
+    }
+
+    /// Attaches each vector whose unexpired entry still has the checked search text,
+    /// replacing its vector, in one transaction; how many.
+    pub fn save_vectors<B: AsRef<[u8]>>(
+        &self,
+        namespace: &str,
+        model: &str,
+        dims: i64,
+        items: &[Attach<B>],
+        now: f64,
+    ) -> Result<usize, Error> {
+        begin(&self.conn)?;
+        match sqlite_vectors::save_vectors(&self.conn, namespace, model, dims, items, now) {
+            Ok(attached) => {
+                self.conn.execute_batch("COMMIT")?;
+                Ok(attached)
+            }
+            Err(e) => {
+                self.conn.execute_batch("ROLLBACK")?;
+                Err(e.into())
+            }
+        }
+    }
+
+    /// The rows nearest `query` by their vector of `model` (see
+    /// `sqlite_vectors::vector_search`).
+    pub fn vector_search(
+        &self,
+        namespaces: &[String],
+        model: &str,
+        query: &[f32],
+        limit: usize,
+        min_importance: f64,
+        now: f64,
+    ) -> Result<Vec<(Row, f64)>, Error> {
+        Ok(sqlite_vectors::vector_search(
+            &self.conn,
+            namespaces,
+            model,
+            query,
+            limit,
+            min_importance,
+            now,
+        )?)
+    }
+
+    /// Unexpired rows with a search text and no vector of `model`, oldest first.
+    pub fn missing_vectors(
+        &self,
+        namespaces: &[String],
+        model: &str,
+        limit: i64,
+        now: f64,
+    ) -> Result<Vec<Row>, Error> {
+        Ok(sqlite_vectors::missing_vectors(
+            &self.conn, namespaces, model, limit, now,
+        )?)
+    }
+
     /// Removes an entry of this namespace; whether there was one.
     pub fn delete(&self, namespace: &str, entry_id: &str) -> Result<bool, Error> {
         let mut stmt = self
@@ -791,7 +871,10 @@ mod tests {
 
     /// The text of the twin's triple-quoted constant `name`.
     fn twin_constant(name: &str) -> &'static str {
-        let twin = include_str!("../../../python/memlane/_pure/store.py");
+        twin_constant_in(include_str!("../../../python/memlane/_pure/store.py"), name)
+    }
+
+    fn twin_constant_in(twin: &'static str, name: &str) -> &'static str {
         let opening = format!("\n{name} = \"\"\"");
         let start = twin.find(&opening).expect("twin defines the constant") + opening.len();
         let len = twin[start..]
@@ -809,8 +892,21 @@ mod tests {
         let pragmas = PRAGMAS.map(|p| format!("\"{p}\"")).join(", ");
         assert!(twin.contains(&format!("PRAGMAS = ({pragmas})")));
         assert!(twin.contains(&format!("ADD_VERSION = \"{ADD_VERSION}\"")));
-        assert!(twin.contains(&format!("NOT_A_STORE = \"{NOT_A_STORE}\"")));
-        assert!(twin.contains(&format!("OUTDATED = \"{OUTDATED}\"")));
+        let opening = include_str!("../../../python/memlane/_pure/sqlite_open.py");
+        assert!(opening.contains(&format!("NOT_A_STORE = \"{NOT_A_STORE}\"")));
+        assert!(opening.contains(&format!("OUTDATED = \"{OUTDATED}\"")));
+        let vectors = include_str!("../../../python/memlane/_pure/sqlite_vectors.py");
+        for (name, sql) in [
+            ("VECTOR_SCHEMA", sqlite_vectors::VECTOR_SCHEMA),
+            ("READ_ONLY_VECTORS", sqlite_vectors::READ_ONLY_VECTORS),
+            ("SEARCH_TEXTS", sqlite_vectors::SEARCH_TEXTS),
+            ("ATTACH", sqlite_vectors::ATTACH),
+            ("CANDIDATES", sqlite_vectors::CANDIDATES),
+            ("BY_SEQ", sqlite_vectors::BY_SEQ),
+            ("MISSING", sqlite_vectors::MISSING),
+        ] {
+            assert_eq!(twin_constant_in(vectors, name), sql, "{name}");
+        }
     }
 
     fn versioned(id: &str, key: &str, version: i64) -> Row {

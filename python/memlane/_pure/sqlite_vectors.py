@@ -1,0 +1,186 @@
+"""Vectors in the SQLite file, for the twin's table: the schema, its SQL, and the scoring.
+
+``memory_vectors`` holds at most one vector per entry, under the entry's ``seq``, with its
+model, dimensions, the digest of the search text it was made from, and its floats (float32
+little-endian). Triggers in the file drop a vector when its entry is deleted (a delete, a
+clear, an expiry cleanup, a key taken over, a move to another namespace) or when the entry's
+search text changes, inside the writing statement's own transaction: every writer, of either
+implementation or of a memlane from before vectors, keeps the table right.
+
+A vector is written only while its entry still has the text the caller checked the digest
+of: the insert names that text, so a text changed by another process since is never given a
+vector made from the old one. The Rust table (``rust/src/store/sqlite.rs``) runs the same SQL
+and a test holds :data:`VECTOR_SCHEMA` equal to its own.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import sqlite3
+from array import array
+from typing import Any
+
+from memlane._pure.entry_builder import Row
+from memlane._pure.vector_index import dot, numpy_module
+
+__all__ = [
+    "READ_ONLY_VECTORS",
+    "VECTOR_SCHEMA",
+    "missing_vectors",
+    "save_vectors",
+    "search_texts",
+    "vector_search",
+]
+
+VECTOR_SCHEMA = """
+CREATE TABLE memory_vectors (
+    seq INTEGER PRIMARY KEY,
+    model TEXT NOT NULL,
+    dims INTEGER NOT NULL,
+    digest TEXT NOT NULL,
+    vector BLOB NOT NULL
+);
+CREATE INDEX memory_vectors_model ON memory_vectors (model, dims);
+CREATE TRIGGER memory_vectors_delete AFTER DELETE ON memory_entries
+BEGIN
+    DELETE FROM memory_vectors WHERE seq = old.seq;
+END;
+CREATE TRIGGER memory_vectors_update AFTER UPDATE OF metadata ON memory_entries
+WHEN (CASE WHEN json_valid(old.metadata) THEN json_extract(old.metadata, '$.search_text') END)
+    IS NOT (CASE WHEN json_valid(new.metadata) THEN json_extract(new.metadata, '$.search_text') END)
+BEGIN
+    DELETE FROM memory_vectors WHERE seq = old.seq;
+END;
+"""
+"""The vectors table and the triggers that keep it in step, created once per file."""
+
+READ_ONLY_VECTORS = """CREATE TEMP TABLE memory_vectors (
+    seq INTEGER PRIMARY KEY, model TEXT, dims INTEGER, digest TEXT, vector BLOB
+)"""
+"""What a read-only open of a file from before vectors reads instead: an empty table in the
+connection's own temporary schema, so the file stays untouched and has no vectors."""
+
+SEARCH_TEXTS = """
+SELECT e.entry_id, json_extract(e.metadata, '$.search_text') FROM memory_entries AS e
+WHERE e.namespace = ? AND e.entry_id IN (SELECT value FROM json_each(?))
+    AND (e.expires_at IS NULL OR e.expires_at > ?)
+    AND json_type(CASE WHEN json_valid(e.metadata) THEN e.metadata END, '$.search_text') = 'text'
+"""
+"""The search texts of unexpired entries: namespace, entry ids (JSON array), now."""
+
+ATTACH = """
+INSERT OR REPLACE INTO memory_vectors (seq, model, dims, digest, vector)
+SELECT e.seq, ?, ?, ?, ? FROM memory_entries AS e
+WHERE e.namespace = ? AND e.entry_id = ? AND (e.expires_at IS NULL OR e.expires_at > ?)
+    AND json_type(CASE WHEN json_valid(e.metadata) THEN e.metadata END, '$.search_text') = 'text'
+    AND json_extract(e.metadata, '$.search_text') = ?
+"""
+"""Attaches a vector: model, dims, digest, blob, namespace, entry id, now, the text checked."""
+
+CANDIDATES = """
+SELECT e.seq, e.importance, v.vector FROM memory_vectors AS v
+JOIN memory_entries AS e ON e.seq = v.seq
+WHERE v.model = ? AND v.dims = ? AND e.namespace IN (SELECT value FROM json_each(?))
+    AND (e.expires_at IS NULL OR e.expires_at > ?) AND e.importance >= ?
+"""
+"""The vectors a search scores: model, dims, namespaces (JSON array), now, min importance."""
+
+BY_SEQ = """
+SELECT entry_id, scope, key, content, metadata, created_at, expires_at, importance, version
+FROM memory_entries WHERE seq = ?
+"""
+
+MISSING = """
+SELECT e.entry_id, e.scope, e.key, e.content, e.metadata, e.created_at, e.expires_at,
+    e.importance, e.version
+FROM memory_entries AS e
+WHERE e.namespace IN (SELECT value FROM json_each(?)) AND (e.expires_at IS NULL OR e.expires_at > ?)
+    AND json_type(CASE WHEN json_valid(e.metadata) THEN e.metadata END, '$.search_text') = 'text'
+    AND NOT EXISTS (SELECT 1 FROM memory_vectors AS v WHERE v.seq = e.seq AND v.model = ?)
+ORDER BY e.seq LIMIT ?
+"""
+"""Entries to embed, oldest first: namespaces (JSON array), now, model, limit."""
+
+
+def search_texts(
+    conn: sqlite3.Connection, namespace: str, entry_ids: list[str], now: float
+) -> list[tuple[str, str]]:
+    """(entry id, search text) of the unexpired entries among ``entry_ids`` that have one."""
+    ids = json.dumps(entry_ids, ensure_ascii=False)
+    return list(conn.execute(SEARCH_TEXTS, (namespace, ids, now)).fetchall())
+
+
+def save_vectors(
+    conn: sqlite3.Connection,
+    namespace: str,
+    model: str,
+    dims: int,
+    items: list[tuple[str, str, str, bytes]],
+    now: float,
+) -> int:
+    """Attaches each (entry id, checked text, digest, blob) whose entry still has that text,
+    in one transaction the caller has begun; how many were attached."""
+    attached = 0
+    for entry_id, text, digest, blob in items:
+        cur = conn.execute(ATTACH, (model, dims, digest, blob, namespace, entry_id, now, text))
+        attached += cur.rowcount
+    return attached
+
+
+def _scores(blobs: list[bytes], query: list[float]) -> list[float]:
+    """The dot products of ``query`` with each float32 blob, as the vector index scores."""
+    np = numpy_module()
+    if np is None:
+        q = array("f", query)
+        return [dot(array("f", blob), q) for blob in blobs]
+    if not blobs:
+        return []
+    rows = np.frombuffer(b"".join(blobs), dtype="<f4").reshape(len(blobs), len(query))
+    return [float(s) for s in rows @ np.asarray(query, dtype=np.float32)]
+
+
+def vector_search(
+    conn: sqlite3.Connection,
+    namespaces: list[str],
+    model: str,
+    query: list[float],
+    limit: int,
+    min_importance: float,
+    now: float,
+) -> list[tuple[Row, float]]:
+    """The rows nearest ``query`` among those of ``namespaces`` unexpired at ``now`` with
+    ``importance >= min_importance`` and a vector of ``model`` and ``len(query)`` dims: best
+    first, then importance, then the oldest; at most ``limit``. One read transaction."""
+    names = json.dumps(namespaces, ensure_ascii=False)
+    conn.execute("BEGIN")
+    try:
+        # A blob of another length was not written by memlane: it is not a vector.
+        found: list[Any] = [
+            hit
+            for hit in conn.execute(CANDIDATES, (model, len(query), names, now, min_importance))
+            if len(hit[2]) == 4 * len(query)
+        ]
+        scores = _scores([blob for _, _, blob in found], query)
+        best = heapq.nsmallest(
+            limit,
+            zip(scores, found, strict=True),
+            key=lambda hit: (-hit[0], -hit[1][1], hit[1][0]),
+        )
+        hits = []
+        for score, (seq, _, _) in best:
+            row: Row | None = conn.execute(BY_SEQ, (seq,)).fetchone()
+            if row is not None:
+                hits.append((row, score))
+    finally:
+        conn.execute("COMMIT")
+    return hits
+
+
+def missing_vectors(
+    conn: sqlite3.Connection, namespaces: list[str], model: str, limit: int, now: float
+) -> list[Row]:
+    """Unexpired rows of ``namespaces`` with a search text and no vector of ``model``, in
+    insertion order, at most ``limit``."""
+    names = json.dumps(namespaces, ensure_ascii=False)
+    return list(conn.execute(MISSING, (names, now, model, limit)).fetchall())

@@ -1,0 +1,221 @@
+//! Vectors in the SQLite file: the schema, its SQL and the scoring (the twin's
+//! `memlane/_pure/sqlite_vectors.py`, whose constants a test holds equal to these).
+//!
+//! Invariants:
+//! * `memory_vectors` holds at most one vector per entry, under the entry's `seq`, with its
+//!   model, dimensions, the digest of the search text it was made from and its floats
+//!   (float32 little-endian).
+//! * Triggers drop an entry's vector when the entry is deleted (delete, clear, cleanup, a key
+//!   taken over, a move to another namespace) or its search text changes, inside the writing
+//!   statement's transaction, so every writer keeps the table right.
+//! * A vector is written only while its entry still has the text whose digest the caller
+//!   checked: `ATTACH` names that text, so a text changed by another process in between never
+//!   takes a vector made from the old one.
+//! * A search scores, in one read transaction, only the vectors of its model and dimensions
+//!   (indexed by `(model, dims)`), then reads the rows of the best `limit` by `seq`.
+
+use rusqlite::{params, Connection};
+
+use super::sqlite::{json_strings, read_row, Row};
+use crate::vectors::{dot, top, Candidate};
+
+/// The vectors table and its triggers, created once per file (the twin's `VECTOR_SCHEMA`).
+pub const VECTOR_SCHEMA: &str = "
+CREATE TABLE memory_vectors (
+    seq INTEGER PRIMARY KEY,
+    model TEXT NOT NULL,
+    dims INTEGER NOT NULL,
+    digest TEXT NOT NULL,
+    vector BLOB NOT NULL
+);
+CREATE INDEX memory_vectors_model ON memory_vectors (model, dims);
+CREATE TRIGGER memory_vectors_delete AFTER DELETE ON memory_entries
+BEGIN
+    DELETE FROM memory_vectors WHERE seq = old.seq;
+END;
+CREATE TRIGGER memory_vectors_update AFTER UPDATE OF metadata ON memory_entries
+WHEN (CASE WHEN json_valid(old.metadata) THEN json_extract(old.metadata, '$.search_text') END)
+    IS NOT (CASE WHEN json_valid(new.metadata) THEN json_extract(new.metadata, '$.search_text') END)
+BEGIN
+    DELETE FROM memory_vectors WHERE seq = old.seq;
+END;
+";
+
+/// What a read-only open of a file from before vectors reads instead: an empty table in the
+/// connection's temporary schema (the twin's `READ_ONLY_VECTORS`), the file untouched.
+pub const READ_ONLY_VECTORS: &str = "CREATE TEMP TABLE memory_vectors (
+    seq INTEGER PRIMARY KEY, model TEXT, dims INTEGER, digest TEXT, vector BLOB
+)";
+
+/// Search texts of unexpired entries: namespace, entry ids (JSON array), now.
+pub const SEARCH_TEXTS: &str = "
+SELECT e.entry_id, json_extract(e.metadata, '$.search_text') FROM memory_entries AS e
+WHERE e.namespace = ? AND e.entry_id IN (SELECT value FROM json_each(?))
+    AND (e.expires_at IS NULL OR e.expires_at > ?)
+    AND json_type(CASE WHEN json_valid(e.metadata) THEN e.metadata END, '$.search_text') = 'text'
+";
+
+/// Attaches a vector: model, dims, digest, blob, namespace, entry id, now, the text checked.
+pub const ATTACH: &str = "
+INSERT OR REPLACE INTO memory_vectors (seq, model, dims, digest, vector)
+SELECT e.seq, ?, ?, ?, ? FROM memory_entries AS e
+WHERE e.namespace = ? AND e.entry_id = ? AND (e.expires_at IS NULL OR e.expires_at > ?)
+    AND json_type(CASE WHEN json_valid(e.metadata) THEN e.metadata END, '$.search_text') = 'text'
+    AND json_extract(e.metadata, '$.search_text') = ?
+";
+
+/// The vectors a search scores: model, dims, namespaces (JSON array), now, min importance.
+pub const CANDIDATES: &str = "
+SELECT e.seq, e.importance, v.vector FROM memory_vectors AS v
+JOIN memory_entries AS e ON e.seq = v.seq
+WHERE v.model = ? AND v.dims = ? AND e.namespace IN (SELECT value FROM json_each(?))
+    AND (e.expires_at IS NULL OR e.expires_at > ?) AND e.importance >= ?
+";
+
+/// One row by its `seq`.
+pub const BY_SEQ: &str = "
+SELECT entry_id, scope, key, content, metadata, created_at, expires_at, importance, version
+FROM memory_entries WHERE seq = ?
+";
+
+/// Entries to embed, oldest first: namespaces (JSON array), now, model, limit.
+pub const MISSING: &str = "
+SELECT e.entry_id, e.scope, e.key, e.content, e.metadata, e.created_at, e.expires_at,
+    e.importance, e.version
+FROM memory_entries AS e
+WHERE e.namespace IN (SELECT value FROM json_each(?)) AND (e.expires_at IS NULL OR e.expires_at > ?)
+    AND json_type(CASE WHEN json_valid(e.metadata) THEN e.metadata END, '$.search_text') = 'text'
+    AND NOT EXISTS (SELECT 1 FROM memory_vectors AS v WHERE v.seq = e.seq AND v.model = ?)
+ORDER BY e.seq LIMIT ?
+";
+
+/// A vector to attach: entry id, the search text its digest was checked against, the
+/// digest, the float32 little-endian bytes.
+pub type Attach<B> = (String, String, String, B);
+
+/// Whether the file has the vectors table.
+pub fn has_vectors(conn: &Connection) -> rusqlite::Result<bool> {
+    conn.query_row(
+        "SELECT count(*) FROM sqlite_master WHERE name = 'memory_vectors'",
+        [],
+        |row| row.get::<_, i64>(0),
+    )
+    .map(|n| n > 0)
+}
+
+/// (entry id, search text) of the unexpired entries among `entry_ids` that have one.
+pub fn search_texts(
+    conn: &Connection,
+    namespace: &str,
+    entry_ids: &[String],
+    now: f64,
+) -> rusqlite::Result<Vec<(String, String)>> {
+    let mut stmt = conn.prepare_cached(SEARCH_TEXTS)?;
+    let found = stmt.query_map(params![namespace, json_strings(entry_ids), now], |row| {
+        Ok((row.get(0)?, row.get(1)?))
+    })?;
+    found.collect()
+}
+
+/// Attaches each vector whose entry still has the checked text; how many. The caller holds
+/// the write transaction.
+pub fn save_vectors<B: AsRef<[u8]>>(
+    conn: &Connection,
+    namespace: &str,
+    model: &str,
+    dims: i64,
+    items: &[Attach<B>],
+    now: f64,
+) -> rusqlite::Result<usize> {
+    let mut stmt = conn.prepare_cached(ATTACH)?;
+    let mut attached = 0;
+    for (entry_id, text, digest, blob) in items {
+        attached += stmt.execute(params![
+            model,
+            dims,
+            digest,
+            blob.as_ref(),
+            namespace,
+            entry_id,
+            now,
+            text
+        ])?;
+    }
+    Ok(attached)
+}
+
+/// The rows nearest `query` (dot product with their vector of `model` and `query.len()`
+/// dims) among those of `namespaces` unexpired at `now` with `importance >= min_importance`:
+/// best first, then importance, then the oldest; at most `limit`. One read transaction.
+pub fn vector_search(
+    conn: &Connection,
+    namespaces: &[String],
+    model: &str,
+    query: &[f32],
+    limit: usize,
+    min_importance: f64,
+    now: f64,
+) -> rusqlite::Result<Vec<(Row, f64)>> {
+    conn.execute_batch("BEGIN")?;
+    let found = (|| {
+        let mut stmt = conn.prepare_cached(CANDIDATES)?;
+        let mut rows = stmt.query(params![
+            model,
+            i64::try_from(query.len()).unwrap_or(i64::MAX),
+            json_strings(namespaces),
+            now,
+            min_importance
+        ])?;
+        let mut floats = vec![0.0f32; query.len()];
+        let mut found = Vec::new();
+        let mut seqs: Vec<i64> = Vec::new();
+        while let Some(row) = rows.next()? {
+            let blob = row.get_ref(2)?.as_blob()?;
+            // A blob of another length was not written by memlane: it is not a vector.
+            if blob.len() != 4 * query.len() {
+                continue;
+            }
+            for (f, bytes) in floats.iter_mut().zip(blob.chunks_exact(4)) {
+                *f = f32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
+            }
+            let seq: i64 = row.get(0)?;
+            found.push(Candidate {
+                score: f64::from(dot(&floats, query)),
+                importance: row.get(1)?,
+                // AUTOINCREMENT rowids are positive: the cast keeps their order.
+                seq: seq as u64,
+                row: seqs.len(),
+            });
+            seqs.push(seq);
+        }
+        let mut by_seq = conn.prepare_cached(BY_SEQ)?;
+        let mut hits = Vec::new();
+        for best in top(found, limit) {
+            let mut rows = by_seq.query(params![seqs[best.row]])?;
+            if let Some(row) = rows.next()? {
+                hits.push((read_row(row)?, best.score));
+            }
+        }
+        Ok(hits)
+    })();
+    // A read transaction: ending it either way releases the snapshot.
+    conn.execute_batch("COMMIT")?;
+    found
+}
+
+/// Unexpired rows of `namespaces` with a search text and no vector of `model`, in insertion
+/// order, at most `limit`.
+pub fn missing_vectors(
+    conn: &Connection,
+    namespaces: &[String],
+    model: &str,
+    limit: i64,
+    now: f64,
+) -> rusqlite::Result<Vec<Row>> {
+    let mut stmt = conn.prepare_cached(MISSING)?;
+    let rows = stmt.query_map(
+        params![json_strings(namespaces), now, model, limit],
+        read_row,
+    )?;
+    rows.collect()
+}
