@@ -345,7 +345,7 @@ class TestScoringInMemlane:
 
 
 WORKER = r"""
-import hashlib, json, sys, warnings
+import hashlib, json, select, sys, warnings
 warnings.simplefilter("ignore")  # the fallback's notice: this test is about what is found
 cfg = json.loads(sys.argv[1])
 from memlane.stores import EntryVector, MongoDBStore, PostgreSQLStore
@@ -386,8 +386,10 @@ if cfg["role"] == "writer":
     print(json.dumps({"state": "done", "deleted": deleted, "late": late}), flush=True)
 else:
     query = digest_vector("query")
-    wrong, seen = [], 0
-    for _ in range(cfg["rounds"]):
+    wrong, seen, searches = [], 0, 0
+    # Searches while the writers work, until the test says "stop" (at least once).
+    while not select.select([sys.stdin], [], [], 0)[0] or searches == 0:
+        searches += 1
         for hit in store.vector_search([ns], query, model=model, limit=20):
             seen += 1
             expected = sum(a * b for a, b in zip(digest_vector(hit.entry.metadata["search_text"]), query))
@@ -440,7 +442,10 @@ class TestProcessesShareVectors:
                 assert proc.stdin is not None
                 proc.stdin.write("go\n")
                 proc.stdin.flush()
-            results = [json.loads(proc.communicate(timeout=WORKER_TIMEOUT)[0]) for proc in procs]
+            results = [
+                json.loads(proc.communicate(timeout=WORKER_TIMEOUT)[0]) for proc in procs[:2]
+            ]
+            results.append(json.loads(procs[2].communicate("stop\n", timeout=WORKER_TIMEOUT)[0]))
             assert [proc.returncode for proc in procs] == [0, 0, 0]
             writers, searcher = results[:2], results[2]
             assert [w["late"] for w in writers] == [0, 0]
