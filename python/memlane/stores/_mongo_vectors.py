@@ -19,6 +19,7 @@ refused it reads the candidates' vectors and
 
 from __future__ import annotations
 
+import inspect
 import json
 from datetime import datetime
 from typing import Any
@@ -176,12 +177,19 @@ class MongoVectorStore(NetworkVectorStore[Mongo]):
         }
         fields = {**_PROJECTION, "vector_model": 1, "vector_digest": 1}
         missing: list[MemoryEntry] = []
-        async for doc in mongo.collection.find(selector, fields).sort(_ORDER):
-            digest = current_digest(doc["metadata"])
-            if digest is None:
-                continue
-            if doc.get("vector_model") != model or doc.get("vector_digest") != digest:
-                missing.append(self._entry(doc))
-                if len(missing) == limit:
-                    break
+        cursor = mongo.collection.find(selector, fields).sort(_ORDER)
+        try:
+            async for doc in cursor:
+                digest = current_digest(doc["metadata"])
+                if digest is None:
+                    continue
+                if doc.get("vector_model") != model or doc.get("vector_digest") != digest:
+                    missing.append(self._entry(doc))
+                    if len(missing) == limit:
+                        break
+        finally:
+            # Stopped early, the server would keep the cursor open until it times out.
+            closing = cursor.close()
+            if inspect.isawaitable(closing):  # PyMongo's async cursor; Motor's closes at once
+                await closing
         return missing

@@ -30,6 +30,7 @@ vectors and :func:`~memlane.stores._network_vectors.best_vectors` ranks them.
 
 from __future__ import annotations
 
+import time
 from datetime import datetime
 from typing import Any
 
@@ -59,6 +60,9 @@ EXACT_BELOW = 2000
 candidate: a few milliseconds at most, and exact."""
 
 _EF_SEARCH_MIN = 64
+
+ROWS_TTL = 5.0
+"""Seconds a store trusts its last reading of the table's size."""
 
 _SEARCH_TEXT = (
     "CASE WHEN jsonb_typeof(m.metadata -> 'search_text') = 'string' "
@@ -247,8 +251,11 @@ RETURNING v.entry_id
         (then importance and insertion among equal distances).
         """
         n, k = int(dims), int(model_id)
-        typed = f"{vector_schema}.{VECTOR}({n})"
-        distance = f"(v.embedding::{typed} OPERATOR({vector_schema}.<=>) $3::real[]::{typed})"
+        # The index's expression, cast to the model's dimensions; an exact scan needs no
+        # cast (every row of the model has them) and skips one per row.
+        typed = f"{vector_schema}.{VECTOR}" + ("" if exact else f"({n})")
+        embedding = "v.embedding" if exact else f"v.embedding::{typed}"
+        distance = f"({embedding} OPERATOR({vector_schema}.<=>) $3::real[]::{typed})"
         # An index serves one ORDER BY key, the distance alone: the caller orders equal
         # distances among the rows found.
         order = "score DESC, m.importance DESC, m.seq" if exact else distance
@@ -286,6 +293,8 @@ class PgVectorOps:
         self._lock_id = lock_id
         self._model_ids: dict[tuple[str, int], int] = {}
         self._indexed: set[int] = set()
+        self._rows_seen = 0.0
+        self._rows_read_at = -ROWS_TTL
 
     async def _model_id(self, pool: Any, model: str, dims: int, *, create: bool) -> int | None:
         """The id of (model, dims), added when ``create`` (ids are never reused: cached)."""
@@ -311,7 +320,7 @@ class PgVectorOps:
         """
         if self.vector_schema is None or dims > HNSW_MAX_DIMS or model_id in self._indexed:
             return
-        if await pool.fetchval(self.sql.rows_estimate) < EXACT_BELOW:
+        if await self._rows(pool, fresh=True) < EXACT_BELOW:
             return
         async with pool.acquire() as con, con.transaction():
             await con.execute("SELECT pg_advisory_xact_lock($1)", self._lock_id)
@@ -327,7 +336,17 @@ class PgVectorOps:
             if not await pool.fetchval(self.sql.hnsw_index_exists(model_id)):
                 return False
             self._indexed.add(model_id)
-        return bool(await pool.fetchval(self.sql.rows_estimate) >= EXACT_BELOW)
+        return await self._rows(pool) >= EXACT_BELOW
+
+    async def _rows(self, pool: Any, *, fresh: bool = False) -> float:
+        """The server's estimate of the vectors stored, read again after
+        :data:`ROWS_TTL` seconds (or when ``fresh``): it only decides exact or HNSW, and a
+        search need not pay a round trip for it."""
+        now = time.monotonic()
+        if fresh or now - self._rows_read_at > ROWS_TTL:
+            self._rows_seen = float(await pool.fetchval(self.sql.rows_estimate))
+            self._rows_read_at = now
+        return self._rows_seen
 
     async def save(
         self, pool: Any, namespace: str, model: str, vectors: list[EntryVector], now: datetime
