@@ -17,10 +17,13 @@ Three kinds of question, each with exactly one record that answers it:
 
 :data:`DISTRACTORS` share common words with the questions and answer none of them. The set is
 written by hand for this project; :func:`check_question_set` holds it to the rules above.
+:func:`filler_facts` makes synthetic facts that answer no question, to measure the same
+questions among 100,000 facts.
 """
 
 from __future__ import annotations
 
+import random
 import re
 from typing import Literal, NamedTuple
 
@@ -36,6 +39,7 @@ __all__ = [
     "Question",
     "check_question_set",
     "content_words",
+    "filler_facts",
 ]
 
 Kind = Literal["paraphrase", "named", "keyword", "identifier"]
@@ -363,3 +367,52 @@ def check_question_set() -> None:
             for token in question.text.replace("#", " ").split()
         ):
             raise ValueError(f"{question.text!r} holds no identifier of its record")
+
+
+def _parts(text: str, sep: str) -> list[str]:
+    return text.split(sep)
+
+
+# The distractors' vocabulary: names, verbs, objects and times none of the questions asks about.
+_NAMES = _parts(
+    "Aria Bruno Cyrus Delia Elio Fiona Gideon Hana Ivan Juno Kai Lena Milo Nadia Omar Pia "
+    "Rafe Sana Theo Una Vera Wes Yusuf Zara Anton Bea Cole Dina Emil Flora Gus Hedda Ines "
+    "Joel Kira Lars Mona Nils Orla Pavel",
+    " ",
+)
+_VERBS = _parts(
+    "bought|mentioned|forgot|asked about|recommended|returned|ordered|cancelled|reviewed|"
+    "booked|shared|packed|repaired|lost|found|painted|borrowed|sold|tested|planned",
+    "|",
+)
+_OBJECTS = _parts(
+    "a blue umbrella|the quarterly report|two concert tickets|a used bicycle|"
+    "the new printer|a birthday cake|the server migration|a pair of boots|the team offsite|"
+    "a vintage lamp|the onboarding guide|a train pass|the budget sheet|a mountain tent|"
+    "the garden hose|a chess set|the demo video|a winter coat|the laptop charger|"
+    "a coffee grinder|the conference talk|a kitchen scale|the client proposal|a yoga mat|"
+    "the press release|a desk chair|the travel insurance|a phone case|the design mockups|"
+    "a soup recipe",
+    "|",
+)
+_TIMES = _parts(
+    "on Monday|last week|yesterday|in March|before lunch|after the meeting|this morning|"
+    "over the weekend|in the spring|at the airport|during the call|last month",
+    "|",
+)
+
+
+def filler_facts(count: int, seed: int) -> list[tuple[str, str]]:
+    """``count`` distinct synthetic facts (key, value) that answer none of the questions."""
+    rng = random.Random(seed)
+    seen: set[str] = set()
+    out: list[tuple[str, str]] = []
+    while len(out) < count:
+        value = (
+            f"{rng.choice(_NAMES)} {rng.choice(_VERBS)} {rng.choice(_OBJECTS)} "
+            f"{rng.choice(_TIMES)}."
+        )
+        if value not in seen:
+            seen.add(value)
+            out.append((f"note_{len(out):06d}", value))
+    return out
