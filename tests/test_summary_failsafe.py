@@ -23,6 +23,7 @@ from memlane.conversation.summary_backoff import BACKOFF_CAP, BACKOFF_INITIAL, S
 from memlane.errors import ConversationNotFoundError
 from memlane.messages import message_texts
 from memlane.strategies import LongTermPlan, SummarizerStrategy
+from memlane.types import ConversationTurn
 from summary_models import Clock, CountingSummarizer, SummaryModel, call
 
 MODES = ["sync", "async"]
@@ -398,3 +399,40 @@ class TestAnAgentsStrategy:
         assert len((await fold()).fold) == 2
         assert await call(memory, "get_summary", mode, "c") == model.answers[0]
         assert (await call(memory, "summary_status", mode, "c")).state == "ok"
+
+
+class TestACallerTimesOutAHangingSummarizer:
+    """An inline summary the caller cancels (asyncio.wait_for) counts as a failure: the turn
+    is kept, and the next turns do not wait for the summarizer again."""
+
+    async def test_cancelled_inline_summary(
+        self, impl: _backend.Implementation, clock: Clock
+    ) -> None:
+        released = asyncio.Event()
+        calls = 0
+
+        async def hanging(turns: list[ConversationTurn]) -> str:
+            nonlocal calls
+            calls += 1
+            await released.wait()
+            return "late summary"
+
+        memory = ConversationMemory(max_tokens=120, summarize_threshold=60, summarizer=hanging)
+        added = 0
+        while calls == 0:
+            turn = memory.async_add_turn("c", f"q{added}", "word " * 10)
+            try:
+                await asyncio.wait_for(turn, 0.5)
+            except TimeoutError:
+                break
+            finally:
+                added += 1
+        assert calls == 1
+        assert len(await memory.async_get_turns("c")) == added  # the turn was stored
+        status = await memory.async_summary_status("c")
+        assert (status.state, status.last_error) == ("failing", "cancelled while summarising")
+        for i in range(3):
+            await memory.async_add_turn("c", f"more {i}", "word " * 10)  # returns: backed off
+            assert await memory.async_get_history_tokens("c") <= 120
+        assert calls == 1
+        released.set()

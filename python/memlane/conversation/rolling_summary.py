@@ -5,13 +5,23 @@ summarises; and the room the summary gets in the budget.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 from typing import Any
 
 from memlane._locks import HybridLock
 from memlane._ops import Delete, SaveIf, SaveMany
-from memlane._runner import Plan, Release, Spawn, Summarize, Summarizer
+from memlane._runner import (
+    Call,
+    Plan,
+    Release,
+    Spawn,
+    Summarize,
+    Summarizer,
+    run_async,
+    run_sync,
+)
 from memlane.conversation.background_jobs import BackgroundJobs
 from memlane.conversation.conversation_cache import ConversationCache
 from memlane.conversation.conversation_log import (
@@ -303,7 +313,7 @@ class RollingSummaries:
                 summary = state.summary
             if self._calls_summarizer and folds:
                 try:
-                    summary = yield Summarize(turns)
+                    summary = yield self._summarize_op(cid, basis[1], turns, count)
                     if not isinstance(summary, str):
                         raise TypeError(f"summarizer must return str, not {type(summary).__name__}")
                     if not summary.strip():
@@ -328,6 +338,32 @@ class RollingSummaries:
             # room, and in the background turns added while the summarizer ran may exceed
             # the threshold. Each round folds at least one turn, so the loop ends.
         return committed
+
+    def _summarize_op(
+        self, cid: str, summarized: int, turns: list[ConversationTurn], count: int
+    ) -> Call:
+        """The summarizer's call on ``turns``, as the runner makes a :class:`Summarize`.
+
+        Awaited, a caller that gives up on a summarizer that hangs (``asyncio.timeout``)
+        cancels it: that is a failure too, or every turn would wait for it again. The runner
+        does not hand a cancellation to the plan, so it is recorded here.
+        """
+        summarizer = self.summarizer
+
+        def one() -> Plan[str]:
+            summary: str = yield Summarize(turns)
+            return summary
+
+        async def awaiting() -> str:
+            try:
+                return await run_async(one(), None, summarizer)
+            except asyncio.CancelledError:
+                self.backoff.failed(
+                    cid, summarized, "cancelled while summarising", summarizer, count
+                )
+                raise
+
+        return Call(lambda: run_sync(one(), None, summarizer), awaiting)
 
     def status_plan(self, cid: str) -> Plan[SummaryStatus]:
         """How the summary of ``cid`` stands on this host (see :class:`SummaryStatus`)."""
