@@ -21,7 +21,7 @@ from db_servers import Server
 from fleet_host import make_store, prompt, view
 from memlane import ConversationMemory, _backend
 from memlane.conversation import summary_backoff
-from summary_models import Clock, CountingSummarizer
+from summary_models import Clock, CountingSummarizer, call
 from test_fleet import child_hosts, fresh_memory
 
 FAILING = {"summarize": True, "summarize_threshold": 40, "max_tokens": 120, "frozen_clock": True}
@@ -163,3 +163,33 @@ def test_a_host_sees_the_pins_of_a_memory_it_did_not_make(
     with fresh_memory(place, summarizer=CountingSummarizer(), max_tokens=120) as again:
         assert view(again, cid) == expected
         assert isinstance(again, ConversationMemory)
+
+
+class TestSummaryOnDemandAcrossHosts:
+    """summarize_now on one host: the other sees the summary, and its backoff ends."""
+
+    @pytest.mark.parametrize("mode", ["sync", "async"])
+    async def test_two_instances(
+        self,
+        place: dict[str, Any],
+        impl: _backend.Implementation,
+        mode: str,
+        monkeypatch: pytest.MonkeyPatch,
+    ) -> None:
+        monkeypatch.setattr(summary_backoff, "monotonic", Clock())
+        cid = uuid.uuid4().hex
+        failing, working = CountingSummarizer(), CountingSummarizer()
+        failing.up = False
+        options = {"max_tokens": 120, "summarize_threshold": 40}
+        with (
+            fresh_memory(place, summarizer=failing, **options) as down,
+            fresh_memory(place, summarizer=working, **options) as up,
+        ):
+            for i in range(6):
+                await call(down, "add_turn", mode, cid, prompt("a", i), "word " * 5, pinned=i == 1)
+            assert (await call(down, "summary_status", mode, cid)).state == "failing"
+            summary = await call(up, "summarize_now", mode, cid, focus="the a-prompts")
+            assert working.inputs[-1][0].metadata == {"focus": True}
+            assert await call(down, "get_summary", mode, cid) == summary
+            assert (await call(down, "summary_status", mode, cid)).state == "ok"
+            assert [t.turn_id for t in await call(down, "get_turns", mode, cid)] == [1]
