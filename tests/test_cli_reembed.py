@@ -43,7 +43,7 @@ class OtherModel(LocalEmbeddingModel):
         return "older"
 
 
-@pytest.fixture(params=["file"])
+@pytest.fixture(params=["file", "sqlite"])
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """A store holding facts, an episode, a turn's copy and a knowledge chunk, none with a
     vector of the local model; its ``--store`` URL."""

@@ -29,7 +29,7 @@ from memlane.embeddings import embedder_id, resolve_embedder
 from memlane.strategies import KnowledgeBases, SummarizerStrategy
 from store_kinds import Made, open_store
 
-LOCAL_VECTOR_STORES = ["memory", "file"]
+LOCAL_VECTOR_STORES = ["memory", "file", "sqlite"]
 
 SUMMARIES = [
     "Ada drinks her coffee black, with no sugar, every morning.",

@@ -35,8 +35,8 @@ from memlane.stores import FileStore, InMemoryStore, SQLiteStore
 from memlane.types import ConversationTurn, MemoryEntry
 from store_kinds import Made, open_store
 
-LOCAL_VECTOR_STORES = ["memory", "file"]
-SHARED_VECTOR_STORES = ["file"]
+LOCAL_VECTOR_STORES = ["memory", "file", "sqlite"]
+SHARED_VECTOR_STORES = ["file", "sqlite"]
 
 
 @pytest.fixture(scope="module")
