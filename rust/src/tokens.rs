@@ -191,7 +191,7 @@ type AsciiEnd = fn(&[u8], usize) -> Option<usize>;
 pub type Rank = u32;
 
 /// A part's position in `ExactCounter::merge_large_with`; `NONE` marks "no previous part".
-trait PartIndex: Copy + Eq {
+trait PartIndex: Copy + Ord {
     const NONE: Self;
     fn from_usize(i: usize) -> Self;
     fn get(self) -> usize;
@@ -243,7 +243,16 @@ thread_local! {
     /// it from a shared pool on every search, which cost ~60 ns a piece, about as much as the
     /// search itself; here it is taken once per thread.
     static SPLIT_CACHES: [std::cell::RefCell<Option<meta::Cache>>; 2] = Default::default();
+    /// Per-thread and per-encoding: the rank of two tokens merged, by their two ranks, in a
+    /// direct-mapped table (a slot keeps the last pair that hashed to it). A long piece that
+    /// repeats itself asks for the same few pairs merge after merge; answering from here
+    /// spares hashing their bytes into the rank table. Exact by construction: a slot answers
+    /// only for the pair of ranks it holds, whose bytes, and so whose rank, are fixed.
+    static PAIR_RANKS: [std::cell::RefCell<Vec<(u64, Rank)>>; 2] = Default::default();
 }
+
+/// Slots of `PAIR_RANKS`: 2^13 of 16 bytes, 128 KiB a thread and encoding.
+const PAIR_BITS: u32 = 13;
 
 /// Exact BPE counting: a DFA pre-tokenizer, direct rank lookups for pieces that are whole
 /// tokens, a per-thread cache of the other pieces, and tiktoken's byte-pair merge (lowest
@@ -254,6 +263,8 @@ pub struct ExactCounter {
     /// where none: the first round of every merge looks up each adjacent byte pair, and a
     /// 256 KiB table answers that without hashing.
     pair_ranks: Box<[Rank]>,
+    /// The rank of every one-byte token, `Rank::MAX` where none.
+    byte_ranks: [Rank; 256],
     split: Regex,
     /// Which of the per-thread caches is this encoding's.
     cache_slot: usize,
@@ -266,6 +277,7 @@ impl ExactCounter {
     fn new(rank_file: &str, split: &str, cache_slot: usize, ascii_end: Option<AsciiEnd>) -> Self {
         let mut ranks = FxHashMap::default();
         let mut pair_ranks = vec![Rank::MAX; 1 << 16].into_boxed_slice();
+        let mut byte_ranks = [Rank::MAX; 256];
         for line in rank_file.lines().filter(|l| !l.is_empty()) {
             let (token, rank) = line.split_once(' ').expect("rank file line: token rank");
             let token = general_purpose::STANDARD
@@ -276,8 +288,10 @@ impl ExactCounter {
                 rank < 1 << (64 - START_BITS),
                 "rank {rank} does not fit a heap entry"
             );
-            if let [a, b] = token[..] {
-                pair_ranks[usize::from(a) << 8 | usize::from(b)] = rank;
+            match token[..] {
+                [a] => byte_ranks[usize::from(a)] = rank,
+                [a, b] => pair_ranks[usize::from(a) << 8 | usize::from(b)] = rank,
+                _ => {}
             }
             ranks.insert(token, rank);
         }
@@ -298,6 +312,7 @@ impl ExactCounter {
         Self {
             ranks,
             pair_ranks,
+            byte_ranks,
             split,
             cache_slot,
             ascii_end,
@@ -466,17 +481,23 @@ impl ExactCounter {
     }
 
     /// Tokens in a piece of any length, merged in the same order as `merge_small` (lowest
-    /// rank, then leftmost) with a priority queue of candidate pairs instead of a rescan:
-    /// O(n log n), which keeps a megabyte without whitespace from turning quadratic.
+    /// rank, then leftmost), without rescanning: O(n log n) at worst, which keeps a megabyte
+    /// without whitespace from turning quadratic.
     ///
-    /// Queue entries are never removed; an entry is current iff its part's `rank` still holds
-    /// its rank. Ranks are unique per byte string, so an equal rank at the same start is the
-    /// same pair, and a merged-away part has `Rank::MAX`, which is never queued.
+    /// Pending pairs wait in buckets, one per rank, and the ranks in a heap: a rank's bucket
+    /// is sorted once when its turn comes and read in order, so a piece whose pairs share few
+    /// ranks (one character repeated, a few letters) costs a sort and sequential reads instead
+    /// of a heap operation per pair. A merge usually makes pairs of higher rank (a token is
+    /// made after its parts); those join their buckets. One that makes a pair of lower rank
+    /// than the bucket being read is merged at once (`low`), as the global order requires;
+    /// none can make one of the same rank (see the loop).
     ///
-    /// On a long piece the merge waits on memory, so the queue is two: the piece's initial
-    /// pairs sorted once (read in order, cache-friendly), and a heap for only the pairs that
-    /// merges create. An entry is one `u64`, rank above start, so it orders as (rank, start).
-    /// Each part keeps its links and pair rank together: one cache line per part touched.
+    /// Entries are never removed; an entry is current iff its part's `rank` still holds its
+    /// rank. Ranks are unique per byte string, so an equal rank at the same start is the same
+    /// pair, and a merged-away part has `Rank::MAX`, which is never queued.
+    ///
+    /// Every part is a token, so the rank of two adjacent parts merged depends on their two
+    /// token ranks only: `PAIR_RANKS` remembers it by those.
     fn merge_large(&self, piece: &[u8]) -> usize {
         if u32::try_from(piece.len()).is_ok_and(|n| n < u32::MAX) {
             self.merge_large_with::<u32>(piece)
@@ -488,19 +509,181 @@ impl ExactCounter {
     /// `merge_large` with part links of type `I`: `u32` halves the memory the merge of any
     /// piece under 4 GiB waits on; `usize` takes the rest.
     fn merge_large_with<I: PartIndex>(&self, piece: &[u8]) -> usize {
-        #[derive(Clone, Copy)]
-        struct Part<I> {
-            next: I,
-            prev: I,
-            /// Rank of this part merged with the next, `Rank::MAX` if none (or merged away).
-            rank: Rank,
-        }
         let n = piece.len();
         if n < 2 {
             return n;
         }
+        PAIR_RANKS.with(|tables| {
+            let mut pairs = tables[self.cache_slot].borrow_mut();
+            if pairs.is_empty() {
+                *pairs = vec![(u64::MAX, Rank::MAX); 1 << PAIR_BITS];
+            }
+            self.merge_large_in::<I>(piece, &mut pairs)
+        })
+    }
+
+    /// `merge_large_with` given this thread's table of pair ranks.
+    fn merge_large_in<I: PartIndex>(&self, piece: &[u8], pairs: &mut [(u64, Rank)]) -> usize {
+        let mut merge = LargeMerge::<I>::new(self, piece, pairs);
+        let mut buckets = Buckets::default();
+        for (i, part) in merge.parts.iter().enumerate() {
+            if part.rank != Rank::MAX {
+                buckets.push(part.rank, I::from_usize(i));
+            }
+        }
+        let mut low: BinaryHeap<Reverse<u64>> = BinaryHeap::new();
         let key = |rank: Rank, start: usize| u64::from(rank) << START_BITS | start as u64;
-        let mut parts: Vec<Part<I>> = (0..n)
+        while let Some((rank, mut starts)) = buckets.pop() {
+            starts.sort_unstable();
+            for (cursor, &start) in starts.iter().enumerate() {
+                // Half the entries are stale by their turn: reading the part a few entries
+                // ahead starts its cache miss early (a safe prefetch).
+                if let Some(&ahead) = starts.get(cursor + LOOKAHEAD) {
+                    std::hint::black_box(merge.parts[ahead.get()].rank);
+                }
+                let start = start.get();
+                if merge.parts[start].rank != rank {
+                    continue;
+                }
+                let mut made = merge.at(start);
+                loop {
+                    for (made_rank, at) in made.into_iter().flatten() {
+                        // Every pair a merge makes holds the token it made, and those below
+                        // `rank` hold this merge's token: longer than the pair of `rank`, so
+                        // never it. Only the global order decides between the two kinds.
+                        debug_assert_ne!(made_rank, rank);
+                        if made_rank < rank {
+                            #[cfg(test)]
+                            tests::BELOW_THE_RANK_READ
+                                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            low.push(Reverse(key(made_rank, at)));
+                        } else {
+                            buckets.push(made_rank, I::from_usize(at));
+                        }
+                    }
+                    // What a merge made below the current rank goes first, lowest first.
+                    made = loop {
+                        let Some(Reverse(entry)) = low.pop() else {
+                            break [None, None];
+                        };
+                        let at = (entry & START_MASK) as usize;
+                        if merge.parts[at].rank == (entry >> START_BITS) as Rank {
+                            break merge.at(at);
+                        }
+                    };
+                    if made == [None, None] && low.is_empty() {
+                        break;
+                    }
+                }
+            }
+            buckets.give_back(starts);
+        }
+        merge.count
+    }
+}
+
+/// The pending pairs of `merge_large`, by rank: the ranks that have any in a heap, their
+/// starts in slots whose buffers are reused once read, and the two ranks queued last
+/// remembered without hashing (a merge queues two pairs, and a long run of one pattern
+/// queues the same two ranks merge after merge).
+struct Buckets<I> {
+    slots: Vec<Vec<I>>,
+    free: Vec<usize>,
+    spare: Vec<Vec<I>>,
+    index: FxHashMap<Rank, usize>,
+    ranks: BinaryHeap<Reverse<Rank>>,
+    recent: [(Rank, usize); 2],
+}
+
+impl<I> Default for Buckets<I> {
+    fn default() -> Self {
+        Self {
+            slots: Vec::new(),
+            free: Vec::new(),
+            spare: Vec::new(),
+            index: FxHashMap::default(),
+            ranks: BinaryHeap::new(),
+            recent: [(Rank::MAX, 0); 2],
+        }
+    }
+}
+
+impl<I> Buckets<I> {
+    /// Queues the pair of rank `rank` (never `Rank::MAX`) at `start`.
+    #[inline]
+    fn push(&mut self, rank: Rank, start: I) {
+        let slot = if self.recent[0].0 == rank {
+            self.recent[0].1
+        } else if self.recent[1].0 == rank {
+            self.recent.swap(0, 1);
+            self.recent[0].1
+        } else {
+            let slot = match self.index.entry(rank) {
+                std::collections::hash_map::Entry::Occupied(e) => *e.get(),
+                std::collections::hash_map::Entry::Vacant(e) => {
+                    let buffer = self.spare.pop().unwrap_or_default();
+                    let slot = if let Some(slot) = self.free.pop() {
+                        self.slots[slot] = buffer;
+                        slot
+                    } else {
+                        self.slots.push(buffer);
+                        self.slots.len() - 1
+                    };
+                    self.ranks.push(Reverse(rank));
+                    *e.insert(slot)
+                }
+            };
+            self.recent = [(rank, slot), self.recent[0]];
+            slot
+        };
+        self.slots[slot].push(start);
+    }
+
+    /// The lowest rank with pairs queued, and their starts (hand the buffer back with
+    /// `give_back`).
+    fn pop(&mut self) -> Option<(Rank, Vec<I>)> {
+        let Reverse(rank) = self.ranks.pop()?;
+        let slot = self.index.remove(&rank)?;
+        for recent in &mut self.recent {
+            if recent.0 == rank {
+                *recent = (Rank::MAX, 0);
+            }
+        }
+        self.free.push(slot);
+        Some((rank, std::mem::take(&mut self.slots[slot])))
+    }
+
+    /// A buffer `pop` gave out, read to the end: its allocation serves the next new rank.
+    fn give_back(&mut self, mut starts: Vec<I>) {
+        starts.clear();
+        self.spare.push(starts);
+    }
+}
+
+/// A part of a piece being merged: a token, linked to its neighbours.
+#[derive(Clone, Copy)]
+struct Part<I> {
+    next: I,
+    prev: I,
+    /// Rank of this part merged with the next, `Rank::MAX` if none (or merged away).
+    rank: Rank,
+    /// This part's own rank (`Rank::MAX` for a byte that is no token).
+    token: Rank,
+}
+
+/// The state of one `merge_large_with`: the parts, the token count, the pair ranks seen.
+struct LargeMerge<'a, I> {
+    counter: &'a ExactCounter,
+    piece: &'a [u8],
+    parts: Vec<Part<I>>,
+    count: usize,
+    pairs: &'a mut [(u64, Rank)],
+}
+
+impl<'a, I: PartIndex> LargeMerge<'a, I> {
+    fn new(counter: &'a ExactCounter, piece: &'a [u8], pairs: &'a mut [(u64, Rank)]) -> Self {
+        let n = piece.len();
+        let parts = (0..n)
             .map(|i| Part {
                 next: I::from_usize(i + 1),
                 prev: if i == 0 {
@@ -509,68 +692,73 @@ impl ExactCounter {
                     I::from_usize(i - 1)
                 },
                 rank: if i + 1 < n {
-                    self.rank(&piece[i..i + 2])
+                    counter.rank(&piece[i..i + 2])
                 } else {
                     Rank::MAX
                 },
+                token: counter.byte_ranks[usize::from(piece[i])],
             })
             .collect();
-        let mut initial: Vec<u64> = parts
-            .iter()
-            .enumerate()
-            .filter(|(_, part)| part.rank != Rank::MAX)
-            .map(|(i, part)| key(part.rank, i))
-            .collect();
-        initial.sort_unstable();
-        let mut cursor = 0;
-        let mut created: BinaryHeap<Reverse<u64>> = BinaryHeap::new();
-        let mut count = n;
-        loop {
-            let entry = match (initial.get(cursor), created.peek()) {
-                (Some(&a), Some(&Reverse(b))) if b < a => created.pop().map(|Reverse(b)| b),
-                (Some(&a), _) => {
-                    // The sorted entries visit the parts in no order, and about half of them
-                    // are stale by then: reading the part a few entries ahead starts its
-                    // cache miss early (a safe prefetch).
-                    if let Some(&ahead) = initial.get(cursor + LOOKAHEAD) {
-                        std::hint::black_box(parts[(ahead & START_MASK) as usize].rank);
-                    }
-                    cursor += 1;
-                    Some(a)
-                }
-                (None, Some(_)) => created.pop().map(|Reverse(b)| b),
-                (None, None) => return count,
-            };
-            let Some(entry) = entry else {
-                return count;
-            };
-            let (rank, start) = ((entry >> START_BITS) as Rank, (entry & START_MASK) as usize);
-            if parts[start].rank != rank {
-                continue;
-            }
-            let mid = parts[start].next.get();
-            let end = parts[mid].next.get();
-            parts[mid].rank = Rank::MAX;
-            count -= 1;
-            parts[start].next = I::from_usize(end);
-            parts[start].rank = if end < n {
-                parts[end].prev = I::from_usize(start);
-                self.rank(&piece[start..parts[end].next.get()])
-            } else {
-                Rank::MAX
-            };
-            if parts[start].rank != Rank::MAX {
-                created.push(Reverse(key(parts[start].rank, start)));
-            }
-            let before = parts[start].prev;
-            if before != I::NONE {
-                let before = before.get();
-                parts[before].rank = self.rank(&piece[before..end]);
-                if parts[before].rank != Rank::MAX {
-                    created.push(Reverse(key(parts[before].rank, before)));
-                }
+        Self {
+            counter,
+            piece,
+            parts,
+            count: n,
+            pairs,
+        }
+    }
+
+    /// The rank of parts `left` (starting at `from`) and `right` (ending before `to`) merged.
+    #[inline]
+    fn pair(&mut self, left: Rank, right: Rank, from: usize, to: usize) -> Rank {
+        let bytes = &self.piece[from..to];
+        if left == Rank::MAX || right == Rank::MAX {
+            return self.counter.rank(bytes);
+        }
+        let key = u64::from(left) << 32 | u64::from(right);
+        // Fibonacci hashing: the top bits of the product index the table.
+        let slot =
+            &mut self.pairs[(key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - PAIR_BITS)) as usize];
+        if slot.0 != key {
+            *slot = (key, self.counter.rank(bytes));
+        }
+        slot.1
+    }
+
+    /// Merges the current pair at `start` with its next part; returns the pairs it makes
+    /// (rank, start): the merged part with its next, its previous part with it.
+    #[inline]
+    fn at(&mut self, start: usize) -> [Option<(Rank, usize)>; 2] {
+        let n = self.piece.len();
+        let token = self.parts[start].rank;
+        let mid = self.parts[start].next.get();
+        let end = self.parts[mid].next.get();
+        self.parts[mid].rank = Rank::MAX;
+        self.count -= 1;
+        self.parts[start].next = I::from_usize(end);
+        self.parts[start].token = token;
+        let mut made = [None, None];
+        self.parts[start].rank = if end < n {
+            self.parts[end].prev = I::from_usize(start);
+            let (right, to) = (self.parts[end].token, self.parts[end].next.get());
+            self.pair(token, right, start, to)
+        } else {
+            Rank::MAX
+        };
+        if self.parts[start].rank != Rank::MAX {
+            made[0] = Some((self.parts[start].rank, start));
+        }
+        let before = self.parts[start].prev;
+        if before != I::NONE {
+            let before = before.get();
+            let left = self.parts[before].token;
+            let rank = self.pair(left, token, before, end);
+            self.parts[before].rank = rank;
+            if rank != Rank::MAX {
+                made[1] = Some((rank, before));
             }
         }
+        made
     }
 }
 
@@ -721,6 +909,7 @@ impl Mode {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fmt::Write as _;
 
     #[test]
     fn exact_counts_known_strings() {
@@ -900,6 +1089,11 @@ mod tests {
             .collect()
     }
 
+    /// How often `merge_large` made a pair below the rank it was reading: the path that
+    /// keeps tiktoken's order when ranks do not follow how tokens are built.
+    pub(super) static BELOW_THE_RANK_READ: std::sync::atomic::AtomicUsize =
+        std::sync::atomic::AtomicUsize::new(0);
+
     #[test]
     fn merges_agree_with_tiktoken() {
         for encoding in [Encoding::O200kBase, Encoding::Cl100kBase] {
@@ -909,6 +1103,19 @@ mod tests {
             let mut pieces = pieces_for_merge(7, 3000, 60);
             pieces.extend(pieces_for_merge(11, 40, 2000));
             pieces.extend(["a".repeat(3000), "!".repeat(999), "ab".repeat(700), long]);
+            // The two worst cases of the benchmarks, shorter: random letters, and prose
+            // letters without spaces (words that repeat, with pairs merged out of order).
+            let mut state = 0x2545_f491_4f6c_dd1d_u64;
+            let letters: String = (0..20_000)
+                .map(|_| {
+                    state ^= state << 13;
+                    state ^= state >> 7;
+                    state ^= state << 17;
+                    char::from(b'a' + (state % 26) as u8)
+                })
+                .collect();
+            pieces.push(letters);
+            pieces.push("thequickbrownfoxjumpsoverthelazydogwhilethecatsleeps".repeat(200));
             for piece in &pieces {
                 let expected = reference.encode_ordinary(piece).len();
                 let bytes = piece.as_bytes();
@@ -923,6 +1130,60 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// A vocabulary whose ranks ignore how its tokens are built (every string of up to four
+    /// of `abcd`, ranked at random): merges often make pairs below the rank being read, which
+    /// o200k_base and cl100k_base rarely do. The merge must still follow tiktoken's order.
+    #[test]
+    fn merges_out_of_rank_order_agree_with_tiktoken() {
+        let mut state = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let mut tokens: Vec<Vec<u8>> = (0..=255u8).map(|b| vec![b]).collect();
+        let mut words: Vec<Vec<u8>> = vec![Vec::new()];
+        for _ in 0..4 {
+            words = words
+                .iter()
+                .flat_map(|w| b"abcd".iter().map(move |&c| [w.as_slice(), &[c]].concat()))
+                .collect();
+            tokens.extend(words.iter().filter(|w| w.len() >= 2).cloned());
+        }
+        let mut multi: Vec<Vec<u8>> = tokens.split_off(256);
+        for i in (1..multi.len()).rev() {
+            multi.swap(i, (next() % (i as u64 + 1)) as usize);
+        }
+        tokens.extend(multi);
+        let mut rank_file = String::new();
+        for (rank, token) in tokens.iter().enumerate() {
+            writeln!(
+                rank_file,
+                "{} {rank}",
+                general_purpose::STANDARD.encode(token)
+            )
+            .unwrap();
+        }
+        let counter = ExactCounter::new(&rank_file, "(?s:.+)", 0, None);
+        let ranks = counter.ranks.clone().into_iter().collect();
+        let reference = tiktoken_rs::CoreBPE::new(ranks, FxHashMap::default(), "(?s:.+)").unwrap();
+        let ordering = std::sync::atomic::Ordering::Relaxed;
+        let before = BELOW_THE_RANK_READ.load(ordering);
+        for round in 0..400 {
+            let len = LARGE_PIECE + (next() as usize) % if round % 10 == 0 { 5000 } else { 400 };
+            let piece: String = (0..len)
+                .map(|_| char::from(b"abcd"[(next() % 4) as usize]))
+                .collect();
+            let expected = reference.encode_ordinary(&piece).len();
+            assert_eq!(counter.merge_large(piece.as_bytes()), expected, "{piece:?}");
+        }
+        assert!(
+            BELOW_THE_RANK_READ.load(ordering) > before,
+            "no merge made a pair below the rank being read"
+        );
     }
 
     /// The cache answers what the merge answers, also after it has been cleared for being full
