@@ -29,6 +29,7 @@ import math
 import os
 import random
 import sqlite3
+import struct
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Sequence
@@ -36,15 +37,27 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import numpy
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
+from conftest import require_rust_core
 from memlane import _backend
+from memlane._pure import memory_table as pure_memory_table
 from memlane._runner import MissingVectors, SaveVectors, VectorSearch
 from memlane.errors import CorruptStoreError, ReadOnlyStoreError
 from memlane.stores import EntryVector, FileStore, InMemoryStore, SQLiteStore, VectorStore
 from memlane.stores.file import namespace_filename
 from memlane.stores.protocol import SEARCH_TEXT
-from memlane.stores.vectors import decode_vector, text_digest, unit
+from memlane.stores.vectors import (
+    check_model,
+    check_query_vector,
+    decode_vector,
+    encode_vector,
+    text_digest,
+    unit,
+)
 from memlane.types import MemoryEntry, utc_now
 from store_kinds import Made, open_store
 
@@ -530,9 +543,9 @@ class TestSQLiteVectorsLiveInTheFile:
 
 
 WORKER = r"""
-import hashlib, json, os, random, sys
-from memlane.stores import EntryVector, SQLiteStore
-from memlane.stores.vectors import decode_vector, text_digest, unit
+import hashlib, json, random, sys, time
+from memlane.stores import EntryVector, FileStore, SQLiteStore
+from memlane.stores.vectors import text_digest, unit
 from memlane.types import MemoryEntry
 
 cfg = json.loads(sys.argv[1])
@@ -542,20 +555,22 @@ def meaning(text):
     raw = hashlib.sha256(text.encode()).digest()
     return unit([b - 127.5 for b in raw[:16]])
 
-store = SQLiteStore(cfg["path"])
+store = (SQLiteStore if cfg["kind"] == "sqlite" else FileStore)(cfg["path"])
 rng = random.Random(cfg["seed"])
 ids = cfg["ids"]
-checked = 0
-rounds = cfg["rounds"]
-round_ = 0
-while round_ < rounds:
-    round_ += 1
+checked = done = idle = 0
+# Rounds count when they did something: an embedder or a searcher that starts before the
+# writers waits for them (a bounded number of short naps) instead of finishing early, and
+# stops once the writers have stopped.
+while done < cfg["rounds"] and idle < (200 if done else 2_000):
     if cfg["role"] == "writer":
         entry_id = rng.choice(ids)
         text = f"text {rng.randrange(4)} of {entry_id}"
         store.save("ns", MemoryEntry(entry_id=entry_id, content=text,
                                      metadata={"search_text": text}))
-    elif cfg["role"] == "embedder":
+        done += 1
+        continue
+    if cfg["role"] == "embedder":
         batch = store.missing_vectors(["ns"], "m", limit=8)
         # Embedded "slowly": a writer may change a text before the vector is saved.
         vectors = [EntryVector(e.entry_id, text_digest(e.metadata["search_text"]),
@@ -564,25 +579,37 @@ while round_ < rounds:
             store.save_vectors("ns", "m", vectors)
     else:
         query = meaning(f"text {rng.randrange(4)} of {rng.choice(ids)}")
-        for hit in store.vector_search(["ns"], query, model="m", limit=5):
+        hits = store.vector_search(["ns"], query, model="m", limit=5)
+        for hit in hits:
             expected = sum(a * b for a, b in zip(meaning(hit.entry.metadata["search_text"]), query))
             assert abs(hit.score - expected) < 1e-4, (hit.entry.content, hit.score, expected)
             checked += 1
-        if not checked and rounds < 100_000:
-            rounds += 1  # nothing embedded yet: the rounds count from the first hit
+        vectors = hits
+    if vectors:
+        done, idle = done + 1, 0
+    else:
+        idle += 1
+        time.sleep(0.002)
 store.close()
 print(json.dumps({"role": cfg["role"], "checked": checked}))
 """
 
 
-class TestSQLiteVectorsAcrossProcesses:
-    """Processes writing entries, saving vectors and searching one file at once: a vector
-    only ever stands for its entry's current text."""
+def meaning(text: str) -> list[float]:
+    """The worker's embedding of ``text`` (see :data:`WORKER`)."""
+    raw = hashlib.sha256(text.encode()).digest()
+    return unit([b - 127.5 for b in raw[:16]])
 
-    def test_writers_embedders_and_a_searcher(self, tmp_path: Path) -> None:
-        path = tmp_path / "shared.sqlite3"
+
+class TestVectorsAcrossProcesses:
+    """Processes writing entries, saving vectors and searching one store at once (an SQLite
+    file, a file store's directory): a vector only ever stands for its entry's current text."""
+
+    @pytest.mark.parametrize("kind", ["sqlite", "file"])
+    def test_writers_embedders_and_a_searcher(self, kind: str, tmp_path: Path) -> None:
+        path = tmp_path / ("shared.sqlite3" if kind == "sqlite" else "shared")
         ids = [f"e{i}" for i in range(12)]
-        SQLiteStore(path).close()
+        (SQLiteStore if kind == "sqlite" else FileStore)(path).close()
         roles = [
             ("writer", "0", 150),
             ("writer", "1", 150),
@@ -592,7 +619,8 @@ class TestSQLiteVectorsAcrossProcesses:
         ]
         procs = []
         for n, (role, pure, rounds) in enumerate(roles):
-            cfg = {"path": str(path), "role": role, "seed": n, "ids": ids, "rounds": rounds}
+            cfg = {"path": str(path), "kind": kind, "role": role, "seed": n, "ids": ids}
+            cfg["rounds"] = rounds
             env = {**os.environ, "MEMLANE_PURE_PYTHON": pure}
             procs.append(
                 subprocess.Popen(
@@ -610,17 +638,104 @@ class TestSQLiteVectorsAcrossProcesses:
             results.append(json.loads(out))
         assert [r["role"] for r in results] == [role for role, _, _ in roles]
         assert results[-1]["checked"] > 0  # the searcher saw vectors while they changed
-        # Every vector left in the file is the one of its entry's current text.
-        conn = sqlite3.connect(path)
-        rows = conn.execute(
-            "SELECT json_extract(e.metadata, '$.search_text'), v.digest, v.vector "
-            "FROM memory_vectors AS v JOIN memory_entries AS e ON e.seq = v.seq"
-        ).fetchall()
-        conn.close()
-        assert rows, "the embedders attached vectors"
-        for text, digest, blob in rows:
-            assert digest == text_digest(text)
-            stored = decode_vector(blob)
-            raw = hashlib.sha256(text.encode()).digest()
-            expected = unit([b - 127.5 for b in raw[:16]])
-            assert stored == pytest.approx(expected, abs=1e-6)
+        # Every vector left is the one of its entry's current text. The writers may have
+        # changed texts after the embedders stopped: a last embedding pass catches up, then
+        # every entry, searched by its text's meaning, comes back with the expected scores.
+        store: VectorStore = (SQLiteStore if kind == "sqlite" else FileStore)(path)
+        late = [
+            EntryVector(
+                e.entry_id, text_digest(e.metadata[SEARCH_TEXT]), meaning(e.metadata[SEARCH_TEXT])
+            )
+            for e in store.missing_vectors(["ns"], "m")
+        ]
+        store.save_vectors("ns", "m", late)
+        entries = store.load("ns")
+        assert store.missing_vectors(["ns"], "m") == []
+        for entry in entries:
+            query = meaning(entry.metadata[SEARCH_TEXT])
+            hits = store.vector_search(["ns"], query, model="m", limit=len(ids))
+            assert len(hits) == len(entries)
+            assert hits[0].entry.entry_id == entry.entry_id
+            for hit in hits:
+                own = meaning(hit.entry.metadata[SEARCH_TEXT])
+                expected = math.fsum(a * b for a, b in zip(own, query, strict=True))
+                assert hit.score == pytest.approx(expected, abs=SCORE_TOLERANCE)
+        store.close()
+
+
+class TestVectorHelpers:
+    """What stores and writers share: digests, unit vectors, their bytes, the checks."""
+
+    def test_text_digest(self) -> None:
+        assert text_digest("coffee") == hashlib.blake2b(b"coffee", digest_size=16).hexdigest()
+        assert text_digest("coffee") != text_digest("Coffee")
+        assert len(text_digest("\ud800 lone surrogate")) == 32
+
+    @given(
+        st.lists(
+            st.floats(-1e6, 1e6, allow_nan=False, allow_subnormal=False), min_size=1, max_size=64
+        ).filter(lambda v: any(abs(x) > 1e-3 for x in v))
+    )
+    def test_unit_has_length_one_and_the_same_direction(self, values: list[float]) -> None:
+        u = unit(values)
+        assert math.fsum(x * x for x in u) == pytest.approx(1.0, abs=1e-9)
+        assert cosine(u, values) == pytest.approx(1.0, abs=1e-9)
+
+    @given(st.lists(st.floats(width=32, allow_nan=False, allow_infinity=False), max_size=64))
+    def test_bytes_round_trip_as_float32_little_endian(self, values: list[float]) -> None:
+        data = encode_vector(values)
+        assert len(data) == 4 * len(values)
+        assert data == struct.pack(f"<{len(values)}f", *values)
+        assert decode_vector(data) == values
+
+    def test_decode_refuses_a_partial_float(self) -> None:
+        with pytest.raises(ValueError, match="multiple of 4"):
+            decode_vector(b"\x00" * 6)
+
+    def test_numpy_vectors_are_accepted(self) -> None:
+        values = numpy.array([3.0, 4.0], dtype=numpy.float32)
+        assert unit(values) == [0.6, 0.8]  # type: ignore[arg-type]  # an ndarray is no Sequence to mypy; unit takes any iterable of numbers
+        assert check_query_vector(values) == [3.0, 4.0]
+
+    @pytest.mark.parametrize(
+        ("value", "error"), [(None, TypeError), ("", ValueError), ("a\x00b", ValueError)]
+    )
+    def test_check_model(self, value: object, error: type[Exception]) -> None:
+        with pytest.raises(error, match="model"):
+            check_model(value)
+        assert check_model("wordllama:l2_supercat") == "wordllama:l2_supercat"
+
+
+class TestMemoryTableLoadById:
+    """The in-memory table's lookup by id, which attaching vectors relies on: Rust and twin
+    agree with a model after any saves, deletes and expiries."""
+
+    @given(
+        ops=st.lists(
+            st.tuples(
+                st.sampled_from(["save", "delete", "get"]),
+                st.sampled_from(["a", "b"]),
+                st.sampled_from(["e1", "e2", "e3"]),
+                st.sampled_from([None, "k1", "k2"]),
+                st.sampled_from([None, 5.0, 50.0]),
+            ),
+            max_size=40,
+        )
+    )
+    def test_rust_and_twin_agree(self, ops: list[tuple[str, str, str, str | None, Any]]) -> None:
+        rust = require_rust_core().MemoryTable()
+        twin = pure_memory_table.MemoryTable()
+        now = 10.0
+        for n, (op, namespace, entry_id, key, expires_at) in enumerate(ops):
+            if op == "save":
+                payload = (entry_id, n)
+                rust.save(namespace, entry_id, key, expires_at, payload)
+                twin.save(namespace, entry_id, key, expires_at, payload)
+            elif op == "delete":
+                assert rust.delete(namespace, entry_id) == twin.delete(namespace, entry_id)
+            for ns in ("a", "b"):
+                for i in ("e1", "e2", "e3"):
+                    found = twin.load_by_id(ns, i, now)
+                    assert rust.load_by_id(ns, i, now) == found
+                    live = [p for p in twin.load(ns, now) if p[0] == i]
+                    assert live == ([] if found is None else [found])
