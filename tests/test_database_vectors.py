@@ -330,7 +330,8 @@ class TestScoringInMemlane:
 
     def test_numpy_and_plain_python_agree(self) -> None:
         rows = [digest_vector(f"row {i % 7}", 8) for i in range(40)]
-        candidates = [(encode_vector(r), (i % 3) / 2) for i, r in enumerate(rows)]
+        # Insertion order given apart from the list's order, as PostgreSQL reads them.
+        candidates = [(encode_vector(r), (i % 3) / 2, 100 - i) for i, r in enumerate(rows)]
         query = digest_vector("row 3", 8)
         with_numpy = best_vectors(query, candidates, 12)
         plain = best_vectors(query, candidates, 12, use_numpy=False)
@@ -339,7 +340,12 @@ class TestScoringInMemlane:
             assert a == pytest.approx(b, abs=1e-6)
         # Equal vectors: higher importance, then earlier insertion.
         ties = [i for i, _ in plain if rows[i] == rows[3]]
-        assert ties == sorted(ties, key=lambda i: (-candidates[i][1], i))
+        assert len(ties) > 3
+        assert ties == sorted(ties, key=lambda i: (-candidates[i][1], candidates[i][2]))
+        # A limit that cuts through equal scores keeps the best of them.
+        for use_numpy in (True, False):
+            cut = best_vectors(query, candidates, 2, use_numpy=use_numpy)
+            assert [i for i, _ in cut] == ties[:2]
         assert plain[0][1] == pytest.approx(1.0)
         assert best_vectors(query, [], 5) == []
 

@@ -142,7 +142,9 @@ class MongoVectorStore(NetworkVectorStore[Mongo]):
         fields = {"_id": 0, "entry_id": 1, "vector": 1, "vector_digest": 1, "importance": 1}
         candidates = await _to_list(mongo.collection.find(selector, fields).sort(_ORDER))
         ranked = best_vectors(
-            query, [(bytes(c["vector"]), c["importance"]) for c in candidates], len(candidates)
+            query,
+            [(bytes(c["vector"]), c["importance"], i) for i, c in enumerate(candidates)],
+            len(candidates),
         )
         hits: list[SearchHit] = []
         # Best first, a page at a time: only the entries that may be returned are read whole,

@@ -51,7 +51,7 @@ def _numpy() -> ModuleType | None:
 
 def best_vectors(
     query: Sequence[float],
-    candidates: Sequence[tuple[bytes, float]],
+    candidates: Sequence[tuple[bytes, float, int]],
     limit: int,
     *,
     use_numpy: bool = True,
@@ -60,8 +60,8 @@ def best_vectors(
 
     Args:
         query: A unit vector.
-        candidates: ``(encoded unit vector, importance)`` in insertion order; every vector
-            has ``len(query)`` dimensions.
+        candidates: ``(encoded unit vector, importance, insertion order)``, in any order;
+            every vector has ``len(query)`` dimensions.
         limit: How many to return.
         use_numpy: Score with numpy when it is importable (``False``: the plain loop that
             runs without it).
@@ -73,19 +73,29 @@ def best_vectors(
     if not candidates:
         return []
     np = _numpy() if use_numpy else None
-    if np is not None:
-        rows = np.frombuffer(b"".join(c[0] for c in candidates), dtype="<f4")
-        matrix = rows.reshape(len(candidates), len(query))
-        scores = (matrix @ np.asarray(query, dtype=np.float32)).astype(np.float64).tolist()
-    else:
+    if np is None:
         # The same float32 values, multiplied in double precision: scores differ from
         # numpy's float32 products in the last bits only, and equal vectors score equal.
         scores = [
             sum(a * b for a, b in zip(decode_vector(c[0]), query, strict=True)) for c in candidates
         ]
-    order = sorted(range(len(candidates)), key=lambda i: (-scores[i], -candidates[i][1], i))
+        best = sorted(
+            range(len(candidates)), key=lambda i: (-scores[i], -candidates[i][1], candidates[i][2])
+        )[:limit]
+    else:
+        rows = np.frombuffer(b"".join(c[0] for c in candidates), dtype="<f4")
+        scores = rows.reshape(len(candidates), len(query)) @ np.asarray(query, dtype=np.float32)
+        chosen = np.arange(len(candidates))
+        if len(candidates) > limit:
+            # Every candidate scoring at least the limit-th best: ties at the boundary are
+            # then ordered below like the rest.
+            kth = np.partition(scores, len(candidates) - limit)[len(candidates) - limit]
+            chosen = np.flatnonzero(scores >= kth)
+        importance = np.array([candidates[i][1] for i in chosen.tolist()])
+        order = np.array([candidates[i][2] for i in chosen.tolist()])
+        best = chosen[np.lexsort((order, -importance, -scores[chosen]))][:limit].tolist()
     # float32 arithmetic can put a unit vector's similarity to itself a hair above 1.
-    return [(i, max(-1.0, min(1.0, float(scores[i])))) for i in order[:limit]]
+    return [(i, max(-1.0, min(1.0, float(scores[i])))) for i in best]
 
 
 class NetworkVectorStore(NetworkStore[R]):

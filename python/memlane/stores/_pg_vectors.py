@@ -131,13 +131,13 @@ SELECT {self.columns}
  ORDER BY m.seq
  LIMIT $4
 """
-        # Without pgvector: the candidates' vectors first (small rows), then only the best
-        # entries whole, checked against the vector they were ranked by.
+        # Without pgvector: the candidates' vectors first (small rows, unsorted: sorting
+        # megabytes of vectors by seq spilled to disk), then only the best entries whole,
+        # checked against the vector they were ranked by.
         self.candidates = f"""
-SELECT v.entry_id, v.digest, v.embedding, m.importance
+SELECT v.entry_id, v.digest, v.embedding, m.importance, m.seq
   FROM {self.table} v JOIN {t} m ON m.entry_id = v.entry_id
  WHERE v.model_id = $3 AND m.namespace = ANY($1::text[]) AND {_LIVE} AND m.importance >= $4
- ORDER BY m.seq
 """
         self.chosen = f"""
 SELECT {self.columns}
@@ -433,7 +433,9 @@ class PgVectorOps:
         now: datetime,
     ) -> list[tuple[Any, float]]:
         candidates = await pool.fetch(self.sql.candidates, namespaces, now, model_id, minimum)
-        best = best_vectors(query, [(c["embedding"], c["importance"]) for c in candidates], limit)
+        best = best_vectors(
+            query, [(c["embedding"], c["importance"], c["seq"]) for c in candidates], limit
+        )
         ids = [candidates[i]["entry_id"] for i, _ in best]
         digests = [candidates[i]["digest"] for i, _ in best]
         rows = await pool.fetch(self.sql.chosen, ids, now, digests, model_id, minimum)
