@@ -28,6 +28,13 @@ from memlane.conversation.knowledge import (
 from memlane.embeddings import embedder_id, resolve_embedder
 from memlane.strategies import KnowledgeBases, SummarizerStrategy
 from store_kinds import Made, open_store
+from test_database_stores import initialized
+from test_database_vectors import (  # pgvector_server: the fixture, found by its name
+    VECTOR_KINDS,
+    factory_for,
+    first_vector_call,
+    pgvector_server,  # noqa: F401
+)
 
 LOCAL_VECTOR_STORES = ["memory", "file", "sqlite"]
 
@@ -128,3 +135,29 @@ class TestEmbeddedOnceOnRead:
             knowledge_plan(made.store, kb, "relocated to Portugal?", embedder), made.store
         )
         assert text == f"{KNOWLEDGE_HEADER}\n- Carla moved to Lisbon last spring."
+
+
+@pytest.fixture(params=VECTOR_KINDS)
+async def server_store(request: pytest.FixtureRequest) -> AsyncIterator[Any]:
+    """PostgreSQL with and without pgvector and MongoDB, past the one fallback warning."""
+    factory = factory_for(request, request.param)
+    store = await initialized(factory.make())
+    await first_vector_call(store, request.param)
+    yield store
+    await factory.cleanup()
+
+
+class TestOnDatabaseServers:
+    """The knowledge base is embedded on read and found by meaning on the database servers."""
+
+    async def test_found_by_meaning(self, server_store: Any, embedder: Any) -> None:
+        kb = strategy()
+        at = datetime.now(UTC)
+        for i, text in enumerate(SUMMARIES):
+            chunks = knowledge_entries(kb, f"c{i}", 3, text, at, len)
+            await run_async(SaveMany(knowledge_namespace("kb"), chunks), server_store)
+        plan = knowledge_plan(server_store, kb, "preferred hot beverage order?", embedder)
+        assert await run_async(plan, server_store) == f"{KNOWLEDGE_HEADER}\n- {SUMMARIES[0]}"
+        model = embedder_id(embedder)
+        missing = MissingVectors([knowledge_namespace("kb")], model)
+        assert await run_async(missing, server_store) == []

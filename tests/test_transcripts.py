@@ -34,6 +34,13 @@ from memlane.embeddings.local import LocalEmbeddingModel
 from memlane.stores import FileStore, InMemoryStore, SQLiteStore
 from memlane.types import ConversationTurn, MemoryEntry
 from store_kinds import Made, open_store
+from test_database_stores import initialized
+from test_database_vectors import (  # pgvector_server: the fixture, found by its name
+    VECTOR_KINDS,
+    factory_for,
+    first_vector_call,
+    pgvector_server,  # noqa: F401
+)
 
 LOCAL_VECTOR_STORES = ["memory", "file", "sqlite"]
 SHARED_VECTOR_STORES = ["file", "sqlite"]
@@ -351,3 +358,37 @@ class TestSharedAcrossProcesses:
         assert len(index.search_transcripts("anything", user_id="u", limit=100)) == 10
         index.close()
         store.close()
+
+
+@pytest.fixture(params=VECTOR_KINDS)
+async def server_store(request: pytest.FixtureRequest) -> AsyncIterator[Any]:
+    """PostgreSQL with and without pgvector and MongoDB, past the one fallback warning."""
+    factory = factory_for(request, request.param)
+    store = await initialized(factory.make())
+    await first_vector_call(store, request.param)
+    yield store
+    await factory.cleanup()
+
+
+class TestOnDatabaseServers:
+    """The copies and their search work the same on the database servers."""
+
+    def test_found_and_narrowed(self, server_store: Any, embedder: Any) -> None:
+        index = TranscriptSearch(server_store, embedder)
+        fill(index)
+        assert where(index.search_transcripts("how does she take her hot drink", limit=1)) == [
+            ("chat-a", 0)
+        ]
+        assert where(index.search_transcripts("INV-48231", limit=1)) == [("chat-b", 2)]
+        found = index.search_transcripts("invoice paid", user_id="ada", limit=10)
+        assert sorted(where(found)) == [("chat-a", 0), ("chat-a", 1), ("chat-b", 2)]
+        index.close()
+
+    async def test_async(self, server_store: Any, embedder: Any) -> None:
+        index = TranscriptSearch(server_store, embedder)
+        for t in CHAT_B:
+            index.submit("chat-b", t)
+        await index.async_flush()
+        found = await index.async_search_transcripts("which breed is the puppy", limit=1)
+        assert where(found) == [("chat-b", 0)]
+        index.close()
