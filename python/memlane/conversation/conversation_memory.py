@@ -262,7 +262,7 @@ class ConversationMemory:
             else check_messages(raw_messages)
         )
         meta = check_metadata(metadata, persistent=conversations.persistent)
-        if check_flag(pinned, "pinned"):
+        if pinned is not False and check_flag(pinned, "pinned"):  # checked only when given
             meta = {**(meta or {}), "pinned": True}
         pinned = meta is not None and meta.get("pinned") is True
         tokens = self._reads.counter.count_turn(prompt, response, messages)

@@ -189,7 +189,8 @@ class ConversationState:
         self.records.append(record)
         self.entry_ids.append(entry_id)
         self.window.append(messages)
-        if is_pinned(record):
+        metadata = record[5]  # is_pinned, inline: this is every turn's path
+        if metadata is not None and metadata.get("pinned") is True:
             self.ledger.push(0)
             self._add_pin(record)
             self._reserve()
