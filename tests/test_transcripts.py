@@ -392,3 +392,35 @@ class TestOnDatabaseServers:
         found = await index.async_search_transcripts("which breed is the puppy", limit=1)
         assert where(found) == [("chat-b", 0)]
         index.close()
+
+
+class TestForgetting:
+    """A conversation's copies and directory entries go with it: a search no longer finds it."""
+
+    def test_forget_one_conversation(self, index: TranscriptSearch) -> None:
+        fill(index)
+        assert index.forget_conversation("chat-b") == 3
+        assert {m.conversation_id for m in index.search_transcripts("invoice", limit=10)} == {
+            "chat-a"
+        }
+        assert index.search_transcripts("puppy", conversation_id="chat-b") == []
+        assert index.search_transcripts("trip", user_id="ben") == []
+        assert {e.key for e in index.store.load(user_namespace("ada"))} == {"chat-a"}
+        assert index.forget_conversation("chat-b") == 0
+
+    async def test_async_and_a_new_turn_lists_it_again(self, index: TranscriptSearch) -> None:
+        fill(index)
+        assert await index.async_forget_conversation("chat-a") == 2
+        index.submit("chat-a", CHAT_A[0])
+        await index.async_flush()
+        assert where(await index.async_search_transcripts("coffee", limit=1)) == [("chat-a", 0)]
+
+    def test_a_turn_still_queued_is_forgotten_too(self, index: TranscriptSearch) -> None:
+        index.submit("c", CHAT_A[0])
+        assert index.forget_conversation("c") == 1
+        index.flush()
+        assert index.search_transcripts("coffee") == []
+
+    def test_bad_id(self, index: TranscriptSearch) -> None:
+        with pytest.raises(ValueError, match="conversation_id"):
+            index.forget_conversation("")

@@ -33,11 +33,12 @@ import uuid
 from collections import deque
 from collections.abc import Awaitable, Callable
 from datetime import datetime
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict
 
-from memlane._ops import Load, StoreOp, VectorSearch
+from memlane._ops import Clear, Delete, Load, StoreOp, VectorSearch
 from memlane._runner import Call, Done, Plan, Step, async_method, sync_method
 from memlane._validate import check_identifier, check_positive_int, check_str, type_name
 from memlane.embeddings import VectorWriter, async_embed_query, embed_query
@@ -282,19 +283,31 @@ class TranscriptSearch:
         for cid, turn in batch:
             by_conversation.setdefault(cid, []).append(_turn_entry(cid, turn))
         listings: dict[str, list[MemoryEntry]] = {}
+        listed: set[tuple[str, str | None]] = set()
         for cid, entries in by_conversation.items():
             where = conversation_namespace(cid)
             self._store.save_many(where, entries)
             self._vectors.submit(where, entries)
-            users = {e.content["user_id"] for e in entries}
-            for user in (None, *users):
-                if (cid, user) not in self._listed:
-                    directory = ALL_CONVERSATIONS if user is None else user_namespace(user)
-                    listings.setdefault(directory, []).append(_directory_entry(directory, cid))
-                    self._listed.add((cid, user))
+            listed.update((cid, e.content["user_id"]) for e in entries)
+            listed.add((cid, None))
+        with self._guard:
+            listed -= self._listed
+        for cid, user in listed:
+            directory = ALL_CONVERSATIONS if user is None else user_namespace(user)
+            listings.setdefault(directory, []).append(_directory_entry(directory, cid))
         # Directories after the turns: a search that lists a conversation finds its copies.
         for directory, entries in listings.items():
             self._store.save_many(directory, entries)
+        with self._guard:
+            self._listed |= listed
+
+    def _written(self) -> None:
+        """Waits until every turn submitted so far has its copy written (not embedded); a
+        failure stays for :meth:`flush` to raise."""
+        self._forked()
+        with self._guard:
+            target = self._submitted
+            self._guard.wait_for(lambda: self._finished >= target)
 
     def flush(self) -> None:
         """Waits until every turn submitted before the call is stored and embedded.
@@ -303,10 +316,8 @@ class TranscriptSearch:
             Exception: The first failure since the last flush (the store's or the
                 embedder's), as it was raised.
         """
-        self._forked()
+        self._written()
         with self._guard:
-            target = self._submitted
-            self._guard.wait_for(lambda: self._finished >= target)
             errors, self._errors = self._errors, []
         if errors:
             raise errors[0]
@@ -324,6 +335,33 @@ class TranscriptSearch:
         """
         self.flush()
         self._vectors.close()
+
+    def _forget_conversation(self, conversation_id: str) -> Plan[int]:
+        """Removes the searchable copies of one conversation's turns and its directory
+        entries, so a search no longer finds it; how many turns' copies were removed.
+
+        What the memory calls when the conversation itself is cleared or expires. A turn
+        submitted before the call is written first (the call waits for it), so it cannot
+        come back afterwards.
+
+        Raises:
+            TypeError, ValueError: A bad ``conversation_id``, named in the message.
+        """
+        cid = check_identifier(conversation_id, "conversation_id")
+        yield Call(self._written, partial(asyncio.to_thread, self._written))
+        where = conversation_namespace(cid)
+        copies: list[MemoryEntry] = yield Load(where)
+        users = {e.content.get("user_id") for e in copies}
+        removed: int = yield Clear(where)
+        for user in (None, *users):
+            directory = ALL_CONVERSATIONS if user is None else user_namespace(user)
+            yield Delete(directory, _entry_id(directory, cid))
+        with self._guard:
+            self._listed = {listed for listed in self._listed if listed[0] != cid}
+        return removed
+
+    forget_conversation = sync_method(_forget_conversation)
+    async_forget_conversation = async_method(_forget_conversation)
 
     # ------------------------------------------------------------------ searching
 
