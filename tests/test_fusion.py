@@ -9,6 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from memlane.longterm.fusion import FUNCTION_WORDS, fuse, identifiers
 from memlane.stores.protocol import SEARCH_TEXT, SearchHit
@@ -188,3 +190,53 @@ class TestBadArguments:
         args.update(kwargs)
         with pytest.raises(error, match=name):
             fuse(args["keyword"], args["semantic"], args["query"], limit=args["limit"])
+
+
+_WORDS = ["coffee", "black", "her", "the", "ticket", "INV-48213", "10.42.7.19", "v2.14", "tea"]
+_texts = st.lists(st.sampled_from(_WORDS), min_size=1, max_size=6).map(" ".join)
+
+
+@st.composite
+def two_lists(draw: st.DrawFn) -> tuple[list[SearchHit], list[SearchHit], str]:
+    """A keyword list and a semantic list over some records (some in both), and a query."""
+    texts = draw(st.lists(_texts, min_size=0, max_size=12))
+    records = [record(f"r{i}", text) for i, text in enumerate(texts)]
+    in_keyword = draw(st.lists(st.booleans(), min_size=len(records), max_size=len(records)))
+    bm25 = draw(st.lists(st.floats(0.01, 20), min_size=len(records), max_size=len(records)))
+    cos = draw(st.lists(st.floats(-1, 1), min_size=len(records), max_size=len(records)))
+    in_semantic = draw(st.lists(st.booleans(), min_size=len(records), max_size=len(records)))
+    keyword = sorted(
+        (SearchHit(r, s) for r, s, k in zip(records, bm25, in_keyword, strict=True) if k),
+        key=lambda h: -h.score,
+    )
+    semantic = sorted(
+        (SearchHit(r, c) for r, c, k in zip(records, cos, in_semantic, strict=True) if k),
+        key=lambda h: -h.score,
+    )
+    return keyword, semantic, draw(_texts)
+
+
+class TestFusionProperties:
+    """On any two lists: each given record at most once, best first, positive, within
+    ``limit``; a record holding the query's identifier above every record that does not."""
+
+    @given(two_lists(), st.integers(1, 15))
+    def test_invariants(
+        self, lists: tuple[list[SearchHit], list[SearchHit], str], limit: int
+    ) -> None:
+        keyword, semantic, query = lists
+        fused = fuse(keyword, semantic, query, limit=limit)
+        given_ids = {h.entry.entry_id for h in (*keyword, *semantic)}
+        assert len(fused) == min(limit, len(given_ids))
+        assert len(set(ids(fused))) == len(fused)
+        assert set(ids(fused)) <= given_ids
+        scores = [h.score for h in fused]
+        assert scores == sorted(scores, reverse=True)
+        assert all(s > 0 for s in scores)
+        wanted = identifiers(query)
+        if wanted:
+            holds = [
+                any(w in h.entry.metadata[SEARCH_TEXT].casefold().split() for w in wanted)
+                for h in fused
+            ]
+            assert holds == sorted(holds, reverse=True)  # every holder before every other
