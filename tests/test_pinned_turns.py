@@ -6,11 +6,12 @@ transcript and snapshots keep the flag.
 
 from __future__ import annotations
 
+import contextlib
 import re
 from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic_ai.messages import ModelResponse
 
@@ -247,3 +248,30 @@ class TestPinsKeepTheInvariants:
             assert [t.turn_id for t in kept if t.metadata.get("pinned")] == [
                 t.turn_id for t in memory.get_transcript("c") if t.metadata.get("pinned")
             ]
+
+    @settings(max_examples=25, deadline=None)
+    @given(
+        turns=st.lists(st.tuples(st.integers(1, 40), st.booleans()), min_size=1, max_size=16),
+        late_pins=st.lists(st.integers(0, 15), max_size=3),
+    )
+    def test_a_restart_rebuilds_the_same_conversation(
+        self,
+        impl: _backend.Implementation,
+        tmp_path_factory: pytest.TempPathFactory,
+        turns: list[tuple[int, bool]],
+        late_pins: list[int],
+    ) -> None:
+        path = tmp_path_factory.mktemp("pins") / "c.db"
+        memory = summarising(SQLiteStore(path))
+        for i, (size, pin) in enumerate(turns):
+            with contextlib.suppress(ValueError):  # a pin the budget cannot hold
+                memory.add_turn("c", f"[t{i:02d}] " + "word " * size, "ok", pinned=pin)
+        for turn_id in late_pins:
+            with contextlib.suppress(ValueError):  # folded, not there yet, or too big
+                memory.pin_turn("c", turn_id)
+        restarted = summarising(SQLiteStore(path))
+        for read in ("get_turns", "get_summary", "get_history_tokens", "get_total_tokens"):
+            assert getattr(restarted, read)("c") == getattr(memory, read)("c"), read
+        assert message_texts(restarted.get_message_history("c")) == message_texts(
+            memory.get_message_history("c")
+        )
