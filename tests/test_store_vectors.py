@@ -688,6 +688,32 @@ class TestVectorHelpers:
         assert data == struct.pack(f"<{len(values)}f", *values)
         assert decode_vector(data) == values
 
+    @given(
+        st.lists(
+            st.one_of(st.integers(-1000, 1000), st.floats(-1e3, 1e3, allow_nan=False)),
+            min_size=1,
+            max_size=32,
+        )
+    )
+    def test_lists_take_the_fast_path_to_the_same_answer(self, values: list[float]) -> None:
+        as_list, as_iterable = check_query_vector(values), check_query_vector(iter(values))
+        assert as_list == as_iterable == [float(x) for x in values]
+        if any(values):
+            assert unit(values) == pytest.approx(unit(tuple(values)), abs=1e-12)
+
+    @pytest.mark.parametrize(
+        "bad", [[1.0, True], [1.0, math.inf], [math.nan], [1.0, "2"], [1.0, None]]
+    )
+    def test_the_fast_path_refuses_what_the_slow_one_does(self, bad: list[Any]) -> None:
+        with pytest.raises((TypeError, ValueError), match="vector"):
+            check_query_vector(bad)
+
+    def test_a_unit_vector_is_copied_as_it_is(self) -> None:
+        u = unit([3.0, 4.0])
+        again = unit(u)
+        assert again == u
+        assert again is not u
+
     def test_decode_refuses_a_partial_float(self) -> None:
         with pytest.raises(ValueError, match="multiple of 4"):
             decode_vector(b"\x00" * 6)

@@ -69,12 +69,26 @@ def text_digest(text: str) -> str:
     return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
 
 
-def _floats(vector: object, name: str) -> list[float]:
+_FLOAT = frozenset({float})
+_PLAIN = frozenset({float, int})
+
+
+def _floats(vector: object, name: str) -> tuple[list[float], float]:
+    """The floats of ``vector`` (a new list) and their Euclidean length."""
+    # A writer hands over thousands of 256-float lists a second: a list or tuple of plain
+    # numbers is checked by C-level passes (their types at once, finiteness through hypot).
+    if isinstance(vector, list | tuple) and vector:
+        kinds = set(map(type, vector))
+        if kinds <= _PLAIN:
+            values = list(vector) if kinds == _FLOAT else list(map(float, vector))
+            norm = math.hypot(*values)  # correctly scaled: no overflow or underflow inside
+            if math.isfinite(norm):
+                return values, norm
     # numpy arrays and pydantic-ai's embedding rows are iterables of real numbers but not
     # always Sequences; a str or a mapping is never a vector.
     if isinstance(vector, str | bytes | bytearray | Mapping) or not isinstance(vector, Iterable):
         raise TypeError(f"{name} must be a sequence of floats, not {type_name(vector)}")
-    values: list[float] = []
+    values = []
     for x in vector:
         if isinstance(x, bool) or not isinstance(x, Real):
             raise TypeError(f"{name} must hold numbers, not {type_name(x)}")
@@ -83,7 +97,7 @@ def _floats(vector: object, name: str) -> list[float]:
         raise ValueError(f"{name} must not be empty")
     if not all(math.isfinite(x) for x in values):
         raise ValueError(f"{name} must hold finite numbers (no NaN or infinity)")
-    return values
+    return values, math.hypot(*values)
 
 
 def check_query_vector(vector: object) -> list[float]:
@@ -93,20 +107,29 @@ def check_query_vector(vector: object) -> list[float]:
         TypeError: Not a sequence (a ``str`` is not one), or an item is not a number.
         ValueError: Empty, or holding NaN or infinity.
     """
-    return _floats(vector, "vector")
+    return _floats(vector, "vector")[0]
+
+
+_UNIT = 1e-7
+"""How far from 1 a length may be and count as 1: below float32's resolution, in which every
+store keeps vectors, so scaling by it would change no stored bit that matters."""
 
 
 def unit(vector: Sequence[float]) -> list[float]:
     """``vector`` scaled to length 1 (a copy), so a dot product of two is their cosine.
 
+    A vector already of length 1 (within :data:`_UNIT`) is copied as it is: what an embedder
+    returns, or a vector this function made, costs no second pass.
+
     Raises:
         TypeError: Not a sequence of numbers.
         ValueError: Empty, zero length, or holding NaN or infinity: it has no direction.
     """
-    values = _floats(vector, "vector")
-    norm = math.sqrt(math.fsum(x * x for x in values))
+    values, norm = _floats(vector, "vector")
     if not norm or not math.isfinite(norm):
         raise ValueError(f"vector must have a direction, got one of length {norm!r}")
+    if abs(norm - 1.0) <= _UNIT:
+        return values
     return [x / norm for x in values]
 
 
