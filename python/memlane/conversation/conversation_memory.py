@@ -53,6 +53,7 @@ from memlane.conversation.memory_options import (
     summarizer_strategy,
 )
 from memlane.conversation.rolling_summary import default_threshold
+from memlane.conversation.transcript_search import TranscriptSearch, transcript_methods
 from memlane.conversation.turn_plans import (
     NewTurn,
     add_turn_now,
@@ -138,6 +139,11 @@ class ConversationMemory:
         retain_transcript: Keep the turns folded into the summary in the store (their own
             namespace, read only by :meth:`get_transcript`): turns leave the prompt, not the
             store. ``False`` deletes them once summarised.
+        embedder: ``"local"``, a model name, a pydantic-ai ``Embedder`` or ``EmbeddingModel``
+            (see :func:`~memlane.embeddings.resolve_embedder`): every committed turn is also
+            kept searchable by meaning (:meth:`search_transcripts`), off the turn's path, and
+            the knowledge base of a summarizer strategy is searched by meaning. The store
+            must keep vectors (every store memlane ships does).
         conversation_ttl: Seconds (or a ``timedelta``) a conversation may stay idle: one
             without a new turn for that long is gone as a whole — turns, summary, transcript
             — on every store, for every host sharing it; reading it afterwards is reading an
@@ -168,6 +174,7 @@ class ConversationMemory:
         conversation_ttl: float | timedelta | None = None,
         short_term: Any = None,
         long_term_strategy: Any = None,
+        embedder: Any = None,
     ) -> None:
         self.max_tokens = check_positive_int(max_tokens, "max_tokens")
         self.short_term = check_short_term_option(short_term)
@@ -199,6 +206,12 @@ class ConversationMemory:
             self.estimator,
         )
         self.store: MemoryStore = store if store is not None else InMemoryStore()
+        from memlane.embeddings import resolve_embedder
+
+        self.embedder = resolve_embedder(embedder)
+        self._transcripts = (
+            None if self.embedder is None else TranscriptSearch(self.store, self.embedder)
+        )
         self._conversations, self._summaries, self._reads = build_parts(self)
 
     @staticmethod
@@ -272,8 +285,11 @@ class ConversationMemory:
         if conversations.is_the_store and not self._summaries.follows_turn and not pinned:
             turn = add_turn_now(conversations, new)
             if turn is not None:
-                return Done(turn)
-        return add_turn_plan(conversations, self._summaries, new)
+                step: Step[ConversationTurn] = Done(turn)
+                return step if self._transcripts is None else self._transcripts.recorded(cid, step)
+        step = add_turn_plan(conversations, self._summaries, new)
+        # Only once the turn is committed does it get a searchable copy (off the turn's path).
+        return step if self._transcripts is None else self._transcripts.recorded(cid, step)
 
     # A turn may be summarised before add_turn returns, or in a job it starts.
     add_turn = sync_method(_add_turn, summarizer=_summarizer_of)
@@ -314,9 +330,10 @@ class ConversationMemory:
 
         check_cid(conversation_id)
         strategy = summarizer_strategy(self.long_term_strategy)
-        return knowledge_plan(self.store, strategy, check_str(prompt, "prompt"))
+        return knowledge_plan(self.store, strategy, check_str(prompt, "prompt"), self.embedder)
 
     knowledge_for = sync_method(_knowledge_for)
+    search_transcripts, async_search_transcripts = transcript_methods("ConversationMemory")
     async_knowledge_for = async_method(_knowledge_for)
     del _knowledge_for
 
@@ -393,6 +410,8 @@ class ConversationMemory:
         yield from self._conversations.locked(cid)
         yield from self._conversations.clear_plan(cid)
         self._summaries.backoff.forget(cid)
+        if self._transcripts is not None:  # its searchable copies go with it
+            yield from self._transcripts._forget_conversation(cid)
 
     clear = sync_method(_clear)
     async_clear = async_method(_clear)
@@ -408,6 +427,8 @@ class ConversationMemory:
             lock = yield from self._conversations.locked(cid)
             yield from self._conversations.clear_plan(cid)
             yield Release(lock)
+            if self._transcripts is not None:
+                yield from self._transcripts._forget_conversation(cid)
 
     clear_all = sync_method(_clear_all)
     async_clear_all = async_method(_clear_all)
@@ -434,14 +455,22 @@ class ConversationMemory:
                 that loop (waiting would stop it): use :meth:`async_flush` there.
         """
         self._conversations.jobs.flush()
+        if self._transcripts is not None:
+            self._transcripts.flush()
 
     async def async_flush(self) -> None:
-        """Async :meth:`flush`: awaits the summaries and extractions running in the background."""
+        """Async :meth:`flush`: awaits the summaries and extractions running in the background,
+        and the searchable copies of the turns."""
         await self._conversations.jobs.async_flush()
+        if self._transcripts is not None:
+            await self._transcripts.async_flush()
 
     def close(self) -> None:
-        """Waits for the background summaries (:meth:`flush`); the store stays open."""
+        """Waits for the background summaries (:meth:`flush`) and stops the transcripts'
+        embedding writer; the store stays open."""
         self.flush()
+        if self._transcripts is not None:
+            self._transcripts.close()
 
     async def async_close(self) -> None:
         """Async :meth:`close`."""
