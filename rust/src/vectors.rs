@@ -30,7 +30,7 @@
 //! where they are dropped (the Python glue drops them after releasing its lock).
 
 use std::cmp::Ordering;
-use std::collections::HashMap;
+use std::collections::{BinaryHeap, HashMap};
 use std::hash::Hash;
 
 use crate::store::memory::live;
@@ -85,17 +85,74 @@ fn best_first(a: &Candidate, b: &Candidate) -> Ordering {
         .then_with(|| a.seq.cmp(&b.seq))
 }
 
-/// The best `limit` candidates, best first, in O(n) plus the sort of what is kept.
-pub fn top(mut found: Vec<Candidate>, limit: usize) -> Vec<Candidate> {
-    if found.len() > limit {
-        if limit == 0 {
-            return Vec::new();
-        }
-        found.select_nth_unstable_by(limit - 1, best_first);
-        found.truncate(limit);
+/// The best `limit` candidates seen so far: a heap whose top is the worst one kept, so a
+/// candidate that cannot enter (most of them, in a large scan) costs one comparison.
+#[derive(Debug)]
+pub struct Top {
+    limit: usize,
+    kept: BinaryHeap<Kept>,
+}
+
+#[derive(Debug)]
+struct Kept(Candidate);
+
+impl PartialEq for Kept {
+    fn eq(&self, other: &Self) -> bool {
+        best_first(&self.0, &other.0) == Ordering::Equal
     }
-    found.sort_unstable_by(best_first);
-    found
+}
+
+impl Eq for Kept {}
+
+impl PartialOrd for Kept {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Kept {
+    /// Worse is greater: the heap's top is the worst candidate kept.
+    fn cmp(&self, other: &Self) -> Ordering {
+        best_first(&self.0, &other.0)
+    }
+}
+
+impl Top {
+    /// Keeps the best `limit`.
+    pub fn new(limit: usize) -> Self {
+        Self {
+            limit,
+            kept: BinaryHeap::with_capacity(limit.min(4096) + 1),
+        }
+    }
+
+    /// Considers one candidate.
+    pub fn offer(&mut self, candidate: Candidate) {
+        if self.kept.len() < self.limit {
+            self.kept.push(Kept(candidate));
+            return;
+        }
+        let Some(worst) = self.kept.peek() else {
+            return; // limit 0 keeps nothing
+        };
+        // A lower score can never enter: the common case, decided by one comparison.
+        if candidate.score < worst.0.score {
+            return;
+        }
+        if best_first(&candidate, &worst.0) == Ordering::Less {
+            self.kept.pop();
+            self.kept.push(Kept(candidate));
+        }
+    }
+
+    /// The kept candidates, best first.
+    pub fn into_best_first(self) -> Vec<Candidate> {
+        self.kept
+            .into_sorted_vec()
+            .into_iter()
+            .map(|k| k.0)
+            .collect()
+    }
 }
 
 #[derive(Debug)]
@@ -327,13 +384,13 @@ impl<T, K: Hash + Eq + Clone> VectorIndex<T, K> {
             return Vec::new();
         }
         let g = &self.groups[group];
-        let mut found = Vec::new();
+        let mut top = Top::new(limit);
         for (i, (row, floats)) in g.rows.iter().zip(g.data.chunks_exact(g.dims)).enumerate() {
             if row.importance >= min_importance
                 && wanted.contains(&row.namespace)
                 && live(row.expires_at, now)
             {
-                found.push(Candidate {
+                top.offer(Candidate {
                     score: f64::from(dot(floats, query)),
                     importance: row.importance,
                     seq: row.seq,
@@ -341,7 +398,7 @@ impl<T, K: Hash + Eq + Clone> VectorIndex<T, K> {
                 });
             }
         }
-        top(found, limit)
+        top.into_best_first()
             .into_iter()
             .map(|c| (&g.rows[c.row].payload, c.score))
             .collect()

@@ -17,7 +17,7 @@
 use rusqlite::{params, Connection};
 
 use super::sqlite::{json_strings, read_row, Row};
-use crate::vectors::{dot, top, Candidate};
+use crate::vectors::{dot, Candidate, Top};
 
 /// The vectors table and its triggers, created once per file (the twin's `VECTOR_SCHEMA`).
 pub const VECTOR_SCHEMA: &str = "
@@ -167,7 +167,7 @@ pub fn vector_search(
             min_importance
         ])?;
         let mut floats = vec![0.0f32; query.len()];
-        let mut found = Vec::new();
+        let mut top = Top::new(limit);
         let mut seqs: Vec<i64> = Vec::new();
         while let Some(row) = rows.next()? {
             let blob = row.get_ref(2)?.as_blob()?;
@@ -179,7 +179,7 @@ pub fn vector_search(
                 *f = f32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
             }
             let seq: i64 = row.get(0)?;
-            found.push(Candidate {
+            top.offer(Candidate {
                 score: f64::from(dot(&floats, query)),
                 importance: row.get(1)?,
                 // AUTOINCREMENT rowids are positive: the cast keeps their order.
@@ -190,7 +190,7 @@ pub fn vector_search(
         }
         let mut by_seq = conn.prepare_cached(BY_SEQ)?;
         let mut hits = Vec::new();
-        for best in top(found, limit) {
+        for best in top.into_best_first() {
             let mut rows = by_seq.query(params![seqs[best.row]])?;
             if let Some(row) = rows.next()? {
                 hits.push((read_row(row)?, best.score));
