@@ -121,16 +121,25 @@ class _Group:
         self.rows.pop()
         return taken
 
-    def scores(self, query: Sequence[float], picked: list[int]) -> list[float]:
-        """The dot products of ``query`` with the rows ``picked``."""
+    def scores(
+        self, query: Sequence[float], picked: list[int], limit: int
+    ) -> list[tuple[float, int]]:
+        """(dot product with ``query``, row) of the rows ``picked`` that may be among the
+        best ``limit``: all of them, or with numpy those scoring at least the ``limit``-th
+        best score (ties included, so the caller's tie-break still decides)."""
         if self.np is None:
             q = array("f", query)
-            return [dot(self.floats[i], q) for i in picked]
+            return [(dot(self.floats[i], q), i) for i in picked]
         if not picked:
             return []
         np = self.np
-        products = self.matrix[np.asarray(picked)] @ np.asarray(query, dtype=np.float32)
-        return [float(s) for s in products]
+        rows = np.asarray(picked)
+        products = self.matrix[rows] @ np.asarray(query, dtype=np.float32)
+        if len(products) > limit:
+            cut = np.partition(products, len(products) - limit)[len(products) - limit]
+            keep = np.flatnonzero(products >= cut)
+            products, rows = products[keep], rows[keep]
+        return list(zip(products.tolist(), rows.tolist(), strict=True))
 
 
 def _best_first(hit: tuple[float, float, int, int]) -> tuple[float, float, int]:
@@ -270,10 +279,9 @@ class VectorIndex:
                 and row.namespace in wanted
                 and _live(row.expires_at, now)
             ]
-            scores = group.scores(query, picked)
             hits = [
                 (score, group.rows[i].importance, group.rows[i].seq, i)
-                for score, i in zip(scores, picked, strict=True)
+                for score, i in group.scores(query, picked, limit)
             ]
             best = heapq.nsmallest(limit, hits, key=_best_first)
             return [(group.rows[i].payload, score) for score, _, _, i in best]
