@@ -325,6 +325,10 @@ class SqliteTable:
             ValueError: The table is closed.
             sqlite3.Error: SQLite refused the row; nothing was written.
         """
+    def save_if_many(self, ops: Sequence[tuple[str, _Row, int | None, float]]) -> list[bool]:
+        """Several :meth:`save_if`, in order, in one ``BEGIN IMMEDIATE`` transaction: each
+        compares the holder its key has after the ones before it, as if run one by one;
+        whether each wrote. An error rolls all of them back (SQLiteStore's group commit)."""
     def load_range(self, namespace: str, start: str, stop: str, now: float) -> list[_Row]:
         """Rows unexpired at ``now`` whose key is in ``[start, stop)``, in code-point order,
         read from the (namespace, key) index.

@@ -45,30 +45,32 @@ class IndexCache:
         if len(self._indexes) > INDEXED_FILES:
             self._indexes.popitem(last=False)
 
-    def index(self, path: Path, namespace: str, parse: Parser) -> NamespaceIndex | None:
-        """The index of ``namespace``'s file at ``path``, in step with it (``None``: no file).
+    def lookup(self, path: Path) -> tuple[bool, NamespaceIndex | None]:
+        """Whether the index of ``path`` is known to be in step with its file without reading
+        it, and if so the index (``None``: there is no file).
 
-        A file whose inode, mtime and size are those last seen costs one stat; a file read
-        whole is read by ``parse`` (:func:`~memlane.stores._file_log.parse`, which the store
-        names so that a test can tell a whole read from an incremental one).
+        A file whose inode, mtime and size are those last seen costs one stat.
         """
         known = self._indexes.get(path)
-        if known is not None:
-            try:
-                info = os.stat(path)
-            except FileNotFoundError:
-                del self._indexes[path]
-                return None
-            except OSError as exc:
-                raise StoreError(f"FileStore {path}: {exc.strerror}") from exc
-            if known.stamp == stamp(info) and known.end == info.st_size:
-                self._indexes.move_to_end(path)
-                return known
-        return self._read(path, namespace, parse)
+        if known is None:
+            return False, None
+        try:
+            info = os.stat(path)
+        except FileNotFoundError:
+            del self._indexes[path]
+            return True, None
+        except OSError as exc:
+            raise StoreError(f"FileStore {path}: {exc.strerror}") from exc
+        if known.stamp == stamp(info) and known.end == info.st_size:
+            self._indexes.move_to_end(path)
+            return True, known
+        return False, None
 
-    def _read(self, path: Path, namespace: str, parse: Parser) -> NamespaceIndex | None:
+    def read(self, path: Path, namespace: str, parse: Parser) -> NamespaceIndex | None:
         """Brings the namespace's index in step with its file, reading only what is new.
 
+        A file read whole is read by ``parse`` (:func:`~memlane.stores._file_log.parse`,
+        which the store names so that a test can tell a whole read from an incremental one).
         The file's identity is taken from the open file, so it names exactly the version
         read. The index is taken out while it is updated: if reading fails, the next call
         starts afresh rather than from a half-replayed index.

@@ -158,7 +158,12 @@ class FileStore(LocalStore):
 
     def _index(self, namespace: str) -> NamespaceIndex | None:
         """The namespace's index, in step with its file (``None``: no file). Hold ``_lock``."""
-        return self._indexes.index(self._path(namespace), namespace, parse)
+        known, index = self._indexes.lookup(self._path(namespace))
+        return index if known else self._read_stamped(namespace)
+
+    def _read_stamped(self, namespace: str) -> NamespaceIndex | None:
+        """Brings the namespace's index in step with its file, reading only what is new."""
+        return self._indexes.read(self._path(namespace), namespace, parse)
 
     def _commit(
         self,
