@@ -235,13 +235,16 @@ def readme_block(results_text: str) -> str:
         "edits here are overwritten._\n\n"
         "memlane against what users would otherwise use — OpenAI's tiktoken and GitHub's bpe-openai for "
         "counting, LangChain's `trim_messages` for keeping a history under budget, LangGraph's "
-        "`BaseStore` for long-term facts — and against its own pure-Python twin. Machine, versions, every contender's table, correctness checks and the "
+        "`BaseStore` for long-term facts — against its own pure-Python twin, and against the "
+        "floors of its durable paths: the same commit written with plain `sqlite3` or `asyncpg` "
+        "and nothing else (workload 12). Machine, versions, every contender's table, correctness checks and the "
         f"profiles of missed targets are in [benches/RESULTS.md](benches/RESULTS.md).{note}\n\n"
         f"{body.replace('### ', '#### ')}\n\n"
         f"Plots: {plots}\n\n"
         "```bash\npip install -r benches/requirements.txt\n"
         "python -m benches            # full run, < 20 min on 2 cores\n"
-        "python -m benches --quick    # smoke run, < 2 min\n```\n"
+        "python -m benches --quick    # smoke run, < 2 min: prints, writes nothing (--write to)\n"
+        "python -m benches --only durable   # one workload; the others keep their results\n```\n"
         f"{END}"
     )
 
