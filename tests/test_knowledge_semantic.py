@@ -14,8 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic_ai.messages import ModelMessage, ModelResponse, ToolCallPart
+from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from memlane import _backend
+from memlane import ConversationMemory, _backend
 from memlane._ops import MissingVectors, SaveMany
 from memlane._runner import run_async, run_sync
 from memlane.conversation.knowledge import (
@@ -161,3 +163,45 @@ class TestOnDatabaseServers:
         model = embedder_id(embedder)
         missing = MissingVectors([knowledge_namespace("kb")], model)
         assert await run_async(missing, server_store) == []
+
+
+class Summaries:
+    """A summarizer model that writes one fixed summary per call, in order."""
+
+    TEXTS = (
+        "Ada drinks her coffee black, with no sugar, every morning.",
+        "Ben's flight to Lisbon leaves on the second of March.",
+    )
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        summary = self.TEXTS[self.calls % len(self.TEXTS)]
+        self.calls += 1
+        step = {"missing_entities": [], "summary": summary}
+        return ModelResponse(parts=[ToolCallPart(info.output_tools[0].name, step)])
+
+
+class TestThroughTheMemory:
+    """A memory with an embedder folds turns into summaries, and its knowledge_for finds them
+    by meaning; without one, the same prompt finds nothing."""
+
+    def test_knowledge_for(self, made: Made, embedder: Any) -> None:
+        kb = SummarizerStrategy(
+            interaction_threshold_qty=3,
+            cod_max_loops=1,
+            interaction_keep=1,
+            knowledge_base=KnowledgeBases(collection_id="session", top_k=1),
+            model=FunctionModel(Summaries()),
+        )
+        memory = ConversationMemory(long_term=kb, store=made.store, embedder=embedder)
+        for i in range(7):
+            memory.add_turn("c", f"point {i}", f"noted {i}")
+        memory.flush()
+        assert memory.get_summary("c") is not None
+        prompt = "preferred hot beverage order?"
+        assert memory.knowledge_for("c", prompt) == f"{KNOWLEDGE_HEADER}\n- {Summaries.TEXTS[0]}"
+        without = ConversationMemory(long_term=kb, store=made.store)
+        assert without.knowledge_for("c", prompt) is None
+        memory.close()
