@@ -32,15 +32,17 @@ import sqlite3
 import struct
 import subprocess
 import sys
+import tempfile
 from collections.abc import AsyncIterator, Sequence
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, rule
 
 from conftest import require_rust_core
 from memlane import _backend
@@ -765,3 +767,116 @@ class TestMemoryTableLoadById:
                     assert rust.load_by_id(ns, i, now) == found
                     live = [p for p in twin.load(ns, now) if p[0] == i]
                     assert live == ([] if found is None else [found])
+
+
+class StoresMachine(RuleBasedStateMachine):
+    """Drives every local store on both implementations with the same writes and vectors;
+    every search and catch-up list must agree with the file store's scan, the reference."""
+
+    TEXTS: ClassVar[list[str | None]] = ["red apple", "green pear", "blue sky", None]
+    IDS: ClassVar[list[str]] = ["e1", "e2", "e3", "e4"]
+    KEYS: ClassVar[list[str | None]] = [None, None, "k1", "k2"]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dir = Path(tempfile.mkdtemp(prefix="memlane-vectors-"))
+        self.reference = FileStore(self.dir / "files")
+        self.others: list[VectorStore] = []
+        for name in ("rust", "python"):
+            with _backend.use(name):
+                self.others.append(InMemoryStore())
+                self.others.append(SQLiteStore(self.dir / f"{name}.sqlite3"))
+
+    def all(self) -> list[VectorStore]:
+        return [self.reference, *self.others]
+
+    @rule(
+        namespace=st.sampled_from(["a", "b"]),
+        entry_id=st.sampled_from(IDS),
+        text=st.sampled_from(TEXTS),
+        key=st.sampled_from(KEYS),
+        importance=st.sampled_from([0.2, 0.8]),
+        expired=st.booleans(),
+    )
+    def save(
+        self,
+        namespace: str,
+        entry_id: str,
+        text: str | None,
+        key: str | None,
+        importance: float,
+        expired: bool,
+    ) -> None:
+        when = utc_now() + timedelta(seconds=-5 if expired else 3600)
+        entry = MemoryEntry(
+            entry_id=f"{namespace}-{entry_id}",  # an id per namespace: no store moves it
+            key=key,
+            content={"text": text},
+            metadata={} if text is None else {SEARCH_TEXT: text},
+            importance=importance,
+            expires_at=when,
+        )
+        for store in self.all():
+            store.save(namespace, entry)
+
+    @rule(namespace=st.sampled_from(["a", "b"]), entry_id=st.sampled_from(IDS))
+    def delete(self, namespace: str, entry_id: str) -> None:
+        held = {store.delete(namespace, f"{namespace}-{entry_id}") for store in self.all()}
+        assert len(held) == 1
+
+    @rule(
+        namespace=st.sampled_from(["a", "b"]),
+        model=st.sampled_from(["m1", "m2"]),
+        picks=st.lists(st.tuples(st.sampled_from(IDS), st.sampled_from(TEXTS[:3])), max_size=4),
+    )
+    def save_vectors(self, namespace: str, model: str, picks: list[tuple[str, str | None]]) -> None:
+        # Each vector is made from a text that may or may not be the entry's current one.
+        vectors = [
+            EntryVector(entry_id, text_digest(text or ""), meaning(text or ""))
+            for entry_id, text in picks
+        ]
+        counts = {store.save_vectors(namespace, model, vectors) for store in self.all()}
+        assert len(counts) == 1
+
+    @rule(
+        namespaces=st.lists(st.sampled_from(["a", "b"]), min_size=1, max_size=2),
+        model=st.sampled_from(["m1", "m2"]),
+        text=st.sampled_from(TEXTS[:3]),
+        min_importance=st.sampled_from([0.0, 0.5]),
+    )
+    def search(self, namespaces: list[str], model: str, text: str, min_importance: float) -> None:
+        query = meaning(text)
+
+        def found(store: VectorStore) -> list[tuple[str, float]]:
+            hits = store.vector_search(
+                namespaces, query, model=model, limit=50, min_importance=min_importance
+            )
+            scores = [h.score for h in hits]
+            assert scores == sorted(scores, reverse=True)
+            return sorted((h.entry.entry_id, round(h.score, 4)) for h in hits)
+
+        expected = found(self.reference)
+        for store in self.others:
+            assert found(store) == expected, store
+
+    @rule(namespaces=st.lists(st.sampled_from(["a", "b"]), min_size=1, max_size=2))
+    def missing(self, namespaces: list[str]) -> None:
+        expected = sorted(e.entry_id for e in self.reference.missing_vectors(namespaces, "m1"))
+        for store in self.others:
+            assert sorted(e.entry_id for e in store.missing_vectors(namespaces, "m1")) == expected
+
+    @rule()
+    def cleanup(self) -> None:
+        assert len({store.cleanup_expired() for store in self.all()}) == 1
+
+    def teardown(self) -> None:
+        for store in self.all():
+            store.close()
+
+
+class TestStoresAgreeOnAnyOperationSequence(StoresMachine.TestCase):  # type: ignore[misc, valid-type]  # hypothesis builds TestCase at runtime
+    """Memory and SQLite stores, Rust and twin, find what the file store's scan finds."""
+
+    settings = settings(
+        max_examples=max(10, settings.default.max_examples // 10), stateful_step_count=25
+    )
