@@ -301,6 +301,26 @@ class TestValuesAreData:
             await store.async_save_vectors("ns", "m\ud800", [])
 
 
+class TestLargeBatches:
+    """A writer's batch of vectors is saved whole, however large (FerretDB stops answering
+    during one update command of 100 changed documents: the store sends smaller ones)."""
+
+    async def test_a_batch_of_120(self, vstore: Made) -> None:
+        store = vstore.store
+        assert isinstance(store, VectorStore)
+        entries = [doc(f"fact {i}") for i in range(120)]
+        await store.async_save_many("ns", entries)
+        vectors = [
+            EntryVector(e.entry_id, text_digest(f"fact {i}"), digest_vector(f"fact {i}"))
+            for i, e in enumerate(entries)
+        ]
+        assert await store.async_save_vectors("ns", MODEL, vectors) == 120
+        assert await store.async_missing_vectors(["ns"], MODEL) == []
+        query = digest_vector("fact 77")
+        (hit,) = await store.async_vector_search(["ns"], query, model=MODEL, limit=1)
+        assert hit.entry == entries[77]
+
+
 class TestReadOnlyDatabaseStores:
     """A read-only store refuses save_vectors before any I/O and searches what is there."""
 

@@ -38,6 +38,10 @@ FIELDS = ("vector", "vector_model", "vector_dims", "vector_digest")
 
 _PROBE_INDEX = "memlane_vectors"
 
+_UPDATE_BATCH = 50
+"""Updates per ``bulk_write``: FerretDB 1.24 (SQLite) stops answering, on that connection and
+every other, during an update command of 100 documents that change; 50 never did."""
+
 
 def current_digest(metadata_text: object) -> str | None:
     """The digest of the search text in a document's metadata (JSON text), or ``None``."""
@@ -108,8 +112,11 @@ class MongoVectorStore(NetworkVectorStore[Mongo]):
             vector = latest[doc["entry_id"]]
             if current_digest(doc.get("metadata")) != vector.digest:
                 continue
-            # Matched on the metadata just read: a save since then leaves this vector out.
-            selector = {"_id": doc["_id"], "entry_id": doc["entry_id"], "metadata": doc["metadata"]}
+            # By _id alone (FerretDB uses its index for no other filter, and scanned the
+            # collection once per vector). A save since the read needs no guard here: the
+            # vector keeps the digest of the text it was made from, and every read ignores it
+            # unless the document's text is still that text.
+            selector = {"_id": doc["_id"]}
             values = {
                 "vector": bson.Binary(encode_vector(vector.vector)),
                 "vector_model": model,
@@ -117,9 +124,11 @@ class MongoVectorStore(NetworkVectorStore[Mongo]):
                 "vector_digest": vector.digest,
             }
             updates.append(pymongo.UpdateOne(selector, {"$set": values}))
-        if not updates:
-            return 0
-        return int((await mongo.collection.bulk_write(updates, ordered=False)).matched_count)
+        attached = 0
+        for start in range(0, len(updates), _UPDATE_BATCH):
+            batch = updates[start : start + _UPDATE_BATCH]
+            attached += (await mongo.collection.bulk_write(batch, ordered=False)).matched_count
+        return attached
 
     async def _do_vector_search(
         self,
