@@ -6,8 +6,9 @@
 #
 # Needs Python >= 3.11, Rust (cargo), Go (FerretDB is built from source), and root or sudo with
 # apt for Debian's PostgreSQL and Chromium (see scripts/install_servers.sh and
-# install_browser.sh). Installs into a venv of its own (MEMLANE_TEST_VENV, default
-# target/test-venv), never into the developer's .venv.
+# install_browser.sh); the second PostgreSQL, with pgvector, is the pgserver wheel of the test
+# extra. Installs into a venv of its own (MEMLANE_TEST_VENV, default target/test-venv), never
+# into the developer's .venv.
 #
 # What runs, and what runs beside what (docs/testing.md has the reasons and the figures):
 #   setup   the venv with memlane[test,lint] (builds the extension) | the servers and Chromium
