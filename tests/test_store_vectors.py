@@ -472,7 +472,10 @@ class TestFileStoreVectorsLiveInTheLog:
 PRE_VECTOR_DROP = """
 DROP TRIGGER memory_vectors_delete;
 DROP TRIGGER memory_vectors_update;
+DROP TRIGGER memory_vector_changes_entry;
 DROP TABLE memory_vectors;
+DROP TABLE memory_vector_changes;
+DROP TABLE memory_vector_epoch;
 """
 
 

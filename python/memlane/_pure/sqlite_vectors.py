@@ -22,6 +22,7 @@ from array import array
 from typing import Any
 
 from memlane._pure.entry_builder import Row
+from memlane._pure.sqlite_mirror import mirror_for
 from memlane._pure.vector_index import dot, numpy_module
 
 __all__ = [
@@ -52,8 +53,40 @@ WHEN (CASE WHEN json_valid(old.metadata) THEN json_extract(old.metadata, '$.sear
 BEGIN
     DELETE FROM memory_vectors WHERE seq = old.seq;
 END;
+CREATE TABLE memory_vector_changes (
+    gen INTEGER PRIMARY KEY AUTOINCREMENT,
+    seq INTEGER NOT NULL
+);
+CREATE TABLE memory_vector_epoch (epoch TEXT NOT NULL);
+INSERT INTO memory_vector_epoch (epoch) VALUES (lower(hex(randomblob(16))));
+CREATE TRIGGER memory_vector_changes_insert AFTER INSERT ON memory_vectors
+BEGIN
+    INSERT INTO memory_vector_changes (seq) VALUES (new.seq);
+END;
+CREATE TRIGGER memory_vector_changes_update AFTER UPDATE ON memory_vectors
+BEGIN
+    INSERT INTO memory_vector_changes (seq) SELECT old.seq UNION SELECT new.seq;
+END;
+CREATE TRIGGER memory_vector_changes_delete AFTER DELETE ON memory_vectors
+BEGIN
+    INSERT INTO memory_vector_changes (seq) VALUES (old.seq);
+END;
+CREATE TRIGGER memory_vector_changes_entry AFTER UPDATE OF namespace, importance, expires_at
+ON memory_entries
+WHEN (old.namespace IS NOT new.namespace OR old.importance IS NOT new.importance
+        OR old.expires_at IS NOT new.expires_at)
+    AND EXISTS (SELECT 1 FROM memory_vectors WHERE seq = new.seq)
+BEGIN
+    INSERT INTO memory_vector_changes (seq) VALUES (new.seq);
+END;
+CREATE TRIGGER memory_vector_changes_pruned AFTER INSERT ON memory_vector_changes
+WHEN new.gen % 1024 = 0
+BEGIN
+    DELETE FROM memory_vector_changes WHERE gen <= new.gen - 65536;
+END;
 """
-"""The vectors table and the triggers that keep it in step, created once per file."""
+"""The vectors table, the triggers that keep it in step, and the change log (with the
+file's random epoch) that in-process mirrors follow, created once per file."""
 
 READ_ONLY_VECTORS = """CREATE TEMP TABLE memory_vectors (
     seq INTEGER PRIMARY KEY, model TEXT, dims INTEGER, digest TEXT, vector BLOB
@@ -90,6 +123,35 @@ BY_SEQ = """
 SELECT entry_id, scope, key, content, metadata, created_at, expires_at, importance, version
 FROM memory_entries WHERE seq = ?
 """
+
+HAS_CHANGES = """
+SELECT count(*) FROM sqlite_master
+WHERE type = 'table' AND name IN ('memory_vector_changes', 'memory_vector_epoch')
+"""
+"""2 when the file has the change log a mirror follows (a file given vectors before the log
+existed has not: it is scanned)."""
+
+CHANGES_STATE = """
+SELECT (SELECT epoch FROM memory_vector_epoch), (SELECT min(gen) FROM memory_vector_changes),
+    (SELECT max(gen) FROM memory_vector_changes)
+"""
+"""The file's epoch and the first and last positions of its change log."""
+
+MIRROR_LOAD = """
+SELECT v.seq, v.vector, e.namespace, e.importance, e.expires_at FROM memory_vectors AS v
+JOIN memory_entries AS e ON e.seq = v.seq
+WHERE v.model = ? AND v.dims = ?
+"""
+"""Every vector of a model and dimensions, with its entry's filters: model, dims."""
+
+MIRROR_CHANGES = """
+SELECT c.seq, v.vector, e.namespace, e.importance, e.expires_at
+FROM (SELECT DISTINCT seq FROM memory_vector_changes WHERE gen > ?) AS c
+LEFT JOIN memory_vectors AS v ON v.seq = c.seq AND v.model = ? AND v.dims = ?
+LEFT JOIN memory_entries AS e ON e.seq = v.seq
+"""
+"""Each entry changed after a log position, with its vector of a model and dimensions if it
+has one now: position, model, dims."""
 
 MISSING = """
 SELECT e.entry_id, e.scope, e.key, e.content, e.metadata, e.created_at, e.expires_at,
@@ -140,6 +202,58 @@ def _scores(blobs: list[bytes], query: list[float]) -> list[float]:
     return [float(s) for s in rows @ np.asarray(query, dtype=np.float32)]
 
 
+def _scan(
+    conn: sqlite3.Connection,
+    names: str,
+    model: str,
+    query: list[float],
+    limit: int,
+    min_importance: float,
+    now: float,
+) -> list[tuple[int, float]]:
+    """(seq, score) of the best ``limit`` by reading every candidate blob: the search of a
+    file without the change log."""
+    # A blob of another length was not written by memlane: it is not a vector.
+    found: list[Any] = [
+        hit
+        for hit in conn.execute(CANDIDATES, (model, len(query), names, now, min_importance))
+        if len(hit[2]) == 4 * len(query)
+    ]
+    scores = _scores([blob for _, _, blob in found], query)
+    best = heapq.nsmallest(
+        limit,
+        zip(scores, found, strict=True),
+        key=lambda hit: (-hit[0], -hit[1][1], hit[1][0]),
+    )
+    return [(seq, score) for score, (seq, _, _) in best]
+
+
+def _mirrored(
+    conn: sqlite3.Connection,
+    namespaces: list[str],
+    model: str,
+    query: list[float],
+    limit: int,
+    min_importance: float,
+    now: float,
+) -> list[tuple[int, float]]:
+    """(seq, score) of the best ``limit`` from the process's mirror, first brought to the
+    snapshot of the caller's read transaction (see :mod:`memlane._pure.sqlite_mirror`)."""
+    epoch, first, last = conn.execute(CHANGES_STATE).fetchone()
+    last = last or 0
+    path = next(
+        (file for _, name, file in conn.execute("PRAGMA database_list") if name == "main"), ""
+    )
+    mirror = mirror_for(path, epoch, model, len(query))
+    with mirror.lock:
+        gen = mirror.gen
+        if gen is None or last < gen or (first is not None and first > gen + 1):
+            mirror.load(conn.execute(MIRROR_LOAD, (model, len(query))).fetchall(), last)
+        elif last > gen:
+            mirror.apply(conn.execute(MIRROR_CHANGES, (gen, model, len(query))).fetchall(), last)
+        return mirror.search(namespaces, query, limit, min_importance, now)
+
+
 def vector_search(
     conn: sqlite3.Connection,
     namespaces: list[str],
@@ -151,24 +265,17 @@ def vector_search(
 ) -> list[tuple[Row, float]]:
     """The rows nearest ``query`` among those of ``namespaces`` unexpired at ``now`` with
     ``importance >= min_importance`` and a vector of ``model`` and ``len(query)`` dims: best
-    first, then importance, then the oldest; at most ``limit``. One read transaction."""
-    names = json.dumps(namespaces, ensure_ascii=False)
+    first, then importance, then the oldest; at most ``limit``. One read transaction: the
+    mirror is brought to its snapshot, and the best rows are read from the same one."""
     conn.execute("BEGIN")
     try:
-        # A blob of another length was not written by memlane: it is not a vector.
-        found: list[Any] = [
-            hit
-            for hit in conn.execute(CANDIDATES, (model, len(query), names, now, min_importance))
-            if len(hit[2]) == 4 * len(query)
-        ]
-        scores = _scores([blob for _, _, blob in found], query)
-        best = heapq.nsmallest(
-            limit,
-            zip(scores, found, strict=True),
-            key=lambda hit: (-hit[0], -hit[1][1], hit[1][0]),
-        )
+        if conn.execute(HAS_CHANGES).fetchone()[0] == 2:
+            best = _mirrored(conn, namespaces, model, query, limit, min_importance, now)
+        else:
+            names = json.dumps(namespaces, ensure_ascii=False)
+            best = _scan(conn, names, model, query, limit, min_importance, now)
         hits = []
-        for score, (seq, _, _) in best:
+        for seq, score in best:
             row: Row | None = conn.execute(BY_SEQ, (seq,)).fetchone()
             if row is not None:
                 hits.append((row, score))

@@ -14,10 +14,14 @@
 //! * A search scores, in one read transaction, only the vectors of its model and dimensions
 //!   (indexed by `(model, dims)`), then reads the rows of the best `limit` by `seq`.
 
+use std::sync::PoisonError;
+
 use rusqlite::{params, Connection};
 
 use super::sqlite::{json_strings, read_row, Row};
 use crate::vectors::{dot, Candidate, Top};
+
+pub mod mirror;
 
 /// The vectors table and its triggers, created once per file (the twin's `VECTOR_SCHEMA`).
 pub const VECTOR_SCHEMA: &str = "
@@ -38,6 +42,37 @@ WHEN (CASE WHEN json_valid(old.metadata) THEN json_extract(old.metadata, '$.sear
     IS NOT (CASE WHEN json_valid(new.metadata) THEN json_extract(new.metadata, '$.search_text') END)
 BEGIN
     DELETE FROM memory_vectors WHERE seq = old.seq;
+END;
+CREATE TABLE memory_vector_changes (
+    gen INTEGER PRIMARY KEY AUTOINCREMENT,
+    seq INTEGER NOT NULL
+);
+CREATE TABLE memory_vector_epoch (epoch TEXT NOT NULL);
+INSERT INTO memory_vector_epoch (epoch) VALUES (lower(hex(randomblob(16))));
+CREATE TRIGGER memory_vector_changes_insert AFTER INSERT ON memory_vectors
+BEGIN
+    INSERT INTO memory_vector_changes (seq) VALUES (new.seq);
+END;
+CREATE TRIGGER memory_vector_changes_update AFTER UPDATE ON memory_vectors
+BEGIN
+    INSERT INTO memory_vector_changes (seq) SELECT old.seq UNION SELECT new.seq;
+END;
+CREATE TRIGGER memory_vector_changes_delete AFTER DELETE ON memory_vectors
+BEGIN
+    INSERT INTO memory_vector_changes (seq) VALUES (old.seq);
+END;
+CREATE TRIGGER memory_vector_changes_entry AFTER UPDATE OF namespace, importance, expires_at
+ON memory_entries
+WHEN (old.namespace IS NOT new.namespace OR old.importance IS NOT new.importance
+        OR old.expires_at IS NOT new.expires_at)
+    AND EXISTS (SELECT 1 FROM memory_vectors WHERE seq = new.seq)
+BEGIN
+    INSERT INTO memory_vector_changes (seq) VALUES (new.seq);
+END;
+CREATE TRIGGER memory_vector_changes_pruned AFTER INSERT ON memory_vector_changes
+WHEN new.gen % 1024 = 0
+BEGIN
+    DELETE FROM memory_vector_changes WHERE gen <= new.gen - 65536;
 END;
 ";
 
@@ -76,6 +111,35 @@ WHERE v.model = ? AND v.dims = ? AND e.namespace IN (SELECT value FROM json_each
 pub const BY_SEQ: &str = "
 SELECT entry_id, scope, key, content, metadata, created_at, expires_at, importance, version
 FROM memory_entries WHERE seq = ?
+";
+
+/// 2 when the file has the change log a mirror follows (a file given vectors before the log
+/// existed has not: it is scanned).
+pub const HAS_CHANGES: &str = "
+SELECT count(*) FROM sqlite_master
+WHERE type = 'table' AND name IN ('memory_vector_changes', 'memory_vector_epoch')
+";
+
+/// The file's epoch and the first and last positions of its change log.
+pub const CHANGES_STATE: &str = "
+SELECT (SELECT epoch FROM memory_vector_epoch), (SELECT min(gen) FROM memory_vector_changes),
+    (SELECT max(gen) FROM memory_vector_changes)
+";
+
+/// Every vector of a model and dimensions, with its entry's filters: model, dims.
+pub const MIRROR_LOAD: &str = "
+SELECT v.seq, v.vector, e.namespace, e.importance, e.expires_at FROM memory_vectors AS v
+JOIN memory_entries AS e ON e.seq = v.seq
+WHERE v.model = ? AND v.dims = ?
+";
+
+/// Each entry changed after a log position, with its vector of a model and dimensions if it
+/// has one now: position, model, dims.
+pub const MIRROR_CHANGES: &str = "
+SELECT c.seq, v.vector, e.namespace, e.importance, e.expires_at
+FROM (SELECT DISTINCT seq FROM memory_vector_changes WHERE gen > ?) AS c
+LEFT JOIN memory_vectors AS v ON v.seq = c.seq AND v.model = ? AND v.dims = ?
+LEFT JOIN memory_entries AS e ON e.seq = v.seq
 ";
 
 /// Entries to embed, oldest first: namespaces (JSON array), now, model, limit.
@@ -144,9 +208,110 @@ pub fn save_vectors<B: AsRef<[u8]>>(
     Ok(attached)
 }
 
+/// (seq, score) of the best `limit` by reading every candidate blob: the search of a file
+/// without the change log.
+fn scan(
+    conn: &Connection,
+    namespaces: &[String],
+    model: &str,
+    query: &[f32],
+    limit: usize,
+    min_importance: f64,
+    now: f64,
+) -> rusqlite::Result<Vec<(i64, f64)>> {
+    let mut stmt = conn.prepare_cached(CANDIDATES)?;
+    let mut rows = stmt.query(params![
+        model,
+        i64::try_from(query.len()).unwrap_or(i64::MAX),
+        json_strings(namespaces),
+        now,
+        min_importance
+    ])?;
+    let mut floats = vec![0.0f32; query.len()];
+    let mut top = Top::new(limit);
+    let mut seqs: Vec<i64> = Vec::new();
+    while let Some(row) = rows.next()? {
+        let blob = row.get_ref(2)?.as_blob()?;
+        // A blob of another length was not written by memlane: it is not a vector.
+        if blob.len() != 4 * query.len() {
+            continue;
+        }
+        for (f, bytes) in floats.iter_mut().zip(blob.chunks_exact(4)) {
+            *f = f32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
+        }
+        let seq: i64 = row.get(0)?;
+        top.offer(Candidate {
+            score: f64::from(dot(&floats, query)),
+            importance: row.get(1)?,
+            // AUTOINCREMENT rowids are positive: the cast keeps their order.
+            seq: seq as u64,
+            row: seqs.len(),
+        });
+        seqs.push(seq);
+    }
+    Ok(top
+        .into_best_first()
+        .into_iter()
+        .map(|best| (seqs[best.row], best.score))
+        .collect())
+}
+
+fn file_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<mirror::FileRow> {
+    Ok((
+        row.get(0)?,
+        row.get(1)?,
+        row.get(2)?,
+        row.get::<_, Option<f64>>(3)?.unwrap_or(0.0),
+        row.get(4)?,
+    ))
+}
+
+/// (seq, score) of the best `limit` from the process's mirror, first brought to the snapshot
+/// of the caller's read transaction (see `mirror`).
+fn mirrored(
+    conn: &Connection,
+    namespaces: &[String],
+    model: &str,
+    query: &[f32],
+    limit: usize,
+    min_importance: f64,
+    now: f64,
+) -> rusqlite::Result<Vec<(i64, f64)>> {
+    let (epoch, first, last): (String, Option<i64>, Option<i64>) = conn
+        .prepare_cached(CHANGES_STATE)?
+        .query_row([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))?;
+    let last = last.unwrap_or(0);
+    let dims = i64::try_from(query.len()).unwrap_or(i64::MAX);
+    let shared = mirror::mirror_for(conn.path().unwrap_or(""), &epoch, model, query.len());
+    // Every change is completed before the lock is released, or the mirror is reloaded: a
+    // panic inside cannot leave it half-applied at a position it claims.
+    let mut mirror = shared.lock().unwrap_or_else(PoisonError::into_inner);
+    match mirror.gen {
+        Some(gen) if last >= gen && first.is_none_or(|f| f <= gen + 1) => {
+            if last > gen {
+                let mut stmt = conn.prepare_cached(MIRROR_CHANGES)?;
+                let rows = stmt
+                    .query_map(params![gen, model, dims], file_row)?
+                    .collect::<rusqlite::Result<Vec<_>>>()?;
+                mirror.apply(rows, last);
+            }
+        }
+        _ => {
+            mirror.gen = None;
+            let mut stmt = conn.prepare_cached(MIRROR_LOAD)?;
+            let rows = stmt
+                .query_map(params![model, dims], file_row)?
+                .collect::<rusqlite::Result<Vec<_>>>()?;
+            mirror.load(rows, last);
+        }
+    }
+    Ok(mirror.search(namespaces, query, limit, min_importance, now))
+}
+
 /// The rows nearest `query` (dot product with their vector of `model` and `query.len()`
 /// dims) among those of `namespaces` unexpired at `now` with `importance >= min_importance`:
-/// best first, then importance, then the oldest; at most `limit`. One read transaction.
+/// best first, then importance, then the oldest; at most `limit`. One read transaction: the
+/// mirror is brought to its snapshot, and the best rows are read from the same one.
 pub fn vector_search(
     conn: &Connection,
     namespaces: &[String],
@@ -158,42 +323,20 @@ pub fn vector_search(
 ) -> rusqlite::Result<Vec<(Row, f64)>> {
     conn.execute_batch("BEGIN")?;
     let found = (|| {
-        let mut stmt = conn.prepare_cached(CANDIDATES)?;
-        let mut rows = stmt.query(params![
-            model,
-            i64::try_from(query.len()).unwrap_or(i64::MAX),
-            json_strings(namespaces),
-            now,
-            min_importance
-        ])?;
-        let mut floats = vec![0.0f32; query.len()];
-        let mut top = Top::new(limit);
-        let mut seqs: Vec<i64> = Vec::new();
-        while let Some(row) = rows.next()? {
-            let blob = row.get_ref(2)?.as_blob()?;
-            // A blob of another length was not written by memlane: it is not a vector.
-            if blob.len() != 4 * query.len() {
-                continue;
-            }
-            for (f, bytes) in floats.iter_mut().zip(blob.chunks_exact(4)) {
-                *f = f32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
-            }
-            let seq: i64 = row.get(0)?;
-            top.offer(Candidate {
-                score: f64::from(dot(&floats, query)),
-                importance: row.get(1)?,
-                // AUTOINCREMENT rowids are positive: the cast keeps their order.
-                seq: seq as u64,
-                row: seqs.len(),
-            });
-            seqs.push(seq);
-        }
+        let logged: i64 = conn
+            .prepare_cached(HAS_CHANGES)?
+            .query_row([], |row| row.get(0))?;
+        let best = if logged == 2 {
+            mirrored(conn, namespaces, model, query, limit, min_importance, now)?
+        } else {
+            scan(conn, namespaces, model, query, limit, min_importance, now)?
+        };
         let mut by_seq = conn.prepare_cached(BY_SEQ)?;
         let mut hits = Vec::new();
-        for best in top.into_best_first() {
-            let mut rows = by_seq.query(params![seqs[best.row]])?;
+        for (seq, score) in best {
+            let mut rows = by_seq.query(params![seq])?;
             if let Some(row) = rows.next()? {
-                hits.push((read_row(row)?, best.score));
+                hits.push((read_row(row)?, score));
             }
         }
         Ok(hits)
@@ -218,4 +361,34 @@ pub fn missing_vectors(
         read_row,
     )?;
     rows.collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn twin_constant(name: &str) -> &'static str {
+        let twin = include_str!("../../../python/memlane/_pure/sqlite_vectors.py");
+        let opening = format!("\n{name} = \"\"\"");
+        let start = twin.find(&opening).expect("twin defines the constant") + opening.len();
+        let len = twin[start..]
+            .find("\"\"\"")
+            .expect("the constant is closed");
+        &twin[start..start + len]
+    }
+
+    #[test]
+    fn the_mirrors_sql_is_the_twins() {
+        for (name, sql) in [
+            ("HAS_CHANGES", HAS_CHANGES),
+            ("CHANGES_STATE", CHANGES_STATE),
+            ("MIRROR_LOAD", MIRROR_LOAD),
+            ("MIRROR_CHANGES", MIRROR_CHANGES),
+        ] {
+            assert_eq!(twin_constant(name), sql, "{name}");
+        }
+        let twin = include_str!("../../../python/memlane/_pure/sqlite_mirror.py");
+        let kept = format!("\nKEPT_MIRRORS = {}\n", mirror::KEPT_MIRRORS);
+        assert!(twin.contains(&kept));
+    }
 }
