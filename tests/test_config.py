@@ -55,6 +55,7 @@ class TestDefaults:
             "conversation_ttl": None,
             "short_term_strategy": None,
             "long_term_strategy": None,
+            "embedder": None,
             "file_dir": ".memlane",
             "sqlite_path": ".memlane/memory.sqlite3",
             "postgres_url": None,
@@ -243,6 +244,11 @@ async def drop_schema(url: str, schema: str) -> None:
         await con.close()
 
 
+SCHEMA_TABLES = ["entry_vectors", "memory_entries", "vector_models"]
+"""What initialising a PostgreSQLStore creates in its schema: the entries, their vectors and
+the models those were made with."""
+
+
 async def schema_tables(url: str, schema: str) -> list[str]:
     con = await asyncpg.connect(url)
     try:
@@ -251,7 +257,7 @@ async def schema_tables(url: str, schema: str) -> list[str]:
         )
     finally:
         await con.close()
-    return [r[0] for r in rows]
+    return sorted(r[0] for r in rows)
 
 
 async def drop_collection(url: str, name: str) -> list[str]:
@@ -278,7 +284,7 @@ class TestDatabaseBackends:
         manager = MemoryManager.from_config()
         try:
             assert isinstance(manager.store, PostgreSQLStore)
-            assert await schema_tables(postgres_server.url, schema) == ["memory_entries"]
+            assert await schema_tables(postgres_server.url, schema) == SCHEMA_TABLES
             manager.set_fact("k", [1, 2])
             assert manager.get_fact("k") == [1, 2]
         finally:
@@ -295,7 +301,7 @@ class TestDatabaseBackends:
         clean_env.setenv("MEMLANE_POSTGRES_SCHEMA", schema)
         manager = await MemoryManager.async_from_config()
         try:
-            assert await schema_tables(postgres_server.url, schema) == ["memory_entries"]
+            assert await schema_tables(postgres_server.url, schema) == SCHEMA_TABLES
             cid = await manager.conversation.async_new_conversation()
             await manager.async_add_turn(cid, "q", "a")
             assert len(await manager.async_get_message_history(cid)) == 2
@@ -352,3 +358,97 @@ def test_from_config_passes_the_fleet_settings(
         assert manager.conversation.max_cached_conversations == 3
     finally:
         manager.close()
+
+
+class TestEmbedder:
+    """MEMLANE_EMBEDDER gives the manager's long-term memory an embedder; a bad one is named."""
+
+    def test_local(self, clean_env: pytest.MonkeyPatch, tmp_path: Path) -> None:
+        clean_env.setenv("MEMLANE_EMBEDDER", "local")
+        clean_env.setenv("MEMLANE_BACKEND", "file")
+        clean_env.setenv("MEMLANE_FILE_DIR", str(tmp_path / "m"))
+        manager = MemoryManager.from_config()
+        try:
+            long_term = manager.long_term
+            assert long_term is not None
+            assert long_term.embedding_model == "wordllama:l2_supercat"
+            long_term.remember("coffee_order", "Ada drinks coffee black, no sugar")
+            manager.flush()
+            assert [f.key for f in long_term.search("her hot drink", mode="semantic")] == [
+                "coffee_order"
+            ]
+        finally:
+            manager.close()
+
+    async def test_a_model_name_async(self, clean_env: pytest.MonkeyPatch) -> None:
+        clean_env.setenv("MEMLANE_EMBEDDER", " openai:text-embedding-3-small ")
+        assert MemlaneSettings.from_env().embedder == "openai:text-embedding-3-small"
+        manager = await MemoryManager.async_from_config()
+        try:
+            assert manager.long_term is not None
+            assert manager.long_term.embedding_model == "openai:text-embedding-3-small"
+        finally:
+            await manager.async_close()
+
+    def test_unset_means_no_embedder(self) -> None:
+        manager = MemoryManager.from_config(long_term=True)
+        assert manager.long_term is not None
+        assert manager.long_term.embedder is None
+
+    @pytest.mark.parametrize(
+        ("value", "problem"),
+        [
+            ("nosuchprovider:model", "no embedding model for"),
+            ("text-embedding-3-small", "provider:model"),
+            ("", "non-empty"),
+        ],
+    )
+    def test_a_bad_value_names_the_variable(
+        self, clean_env: pytest.MonkeyPatch, value: str, problem: str
+    ) -> None:
+        clean_env.setenv("MEMLANE_EMBEDDER", value)
+        with pytest.raises(ValueError, match=rf"MEMLANE_EMBEDDER={value!r}: .*{problem}"):
+            MemoryManager.from_config()
+
+
+class TestManagerEmbedder:
+    """MemoryManager(embedder=...) turns long-term memory on with it; flush waits for it."""
+
+    def test_turns_long_term_memory_on(self) -> None:
+        manager = MemoryManager(embedder="local")
+        assert manager.long_term is not None
+        manager.long_term.remember("coffee_order", "Ada drinks coffee black, no sugar")
+        manager.flush()
+        found = manager.long_term.search("how does she take her hot drink", mode="semantic")
+        assert [f.key for f in found] == ["coffee_order"]
+        manager.close()
+
+    async def test_async_flush(self) -> None:
+        manager = MemoryManager(long_term=True, embedder="local")
+        assert manager.long_term is not None
+        await manager.long_term.async_remember("pet", "a grey cat called Turing")
+        await manager.async_flush()
+        assert manager.long_term.search("kitten", mode="semantic")[0].key == "pet"
+        await manager.async_close()
+
+    def test_a_ready_memory_keeps_its_own(self) -> None:
+        from memlane.longterm import LongTermMemory
+
+        manager = MemoryManager(long_term=LongTermMemory(), embedder="local")
+        assert manager.long_term is not None
+        assert manager.long_term.embedder is None
+        assert manager.conversation.embedder is not None  # the conversations' transcripts
+
+    def test_past_conversations_by_meaning(self) -> None:
+        manager = MemoryManager(embedder="local")
+        manager.add_turn("c1", "My cat Turing knocked a cup off the desk", "Oh no!")
+        manager.add_turn("c2", "Book a table for two on Friday", "Done.")
+        manager.flush()
+        found = manager.search_transcripts("what did my kitten break?", limit=1)
+        assert "Turing" in str(found[0])
+        manager.close()
+
+    @pytest.mark.parametrize("bad", [42, "nosuchprovider:x"])
+    def test_a_bad_embedder_is_named(self, bad: object) -> None:
+        with pytest.raises((TypeError, ValueError), match=r"^embedder"):
+            MemoryManager(embedder=bad)  # type: ignore[arg-type]  # what a caller might pass

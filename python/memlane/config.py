@@ -18,6 +18,9 @@ store. Every problem is a :class:`ValueError` naming the variable to fix.
   ``{"memory_strategy_id": "max_tokens", "memory_max_tokens": 8000}`` (unset: the budget).
 * ``MEMLANE_LONG_TERM_STRATEGY``: JSON of the long-term strategy, e.g.
   ``{"long_term_memory_id": "neuralyzer", "interaction_threshold_qty": 20}``.
+* ``MEMLANE_EMBEDDER``: search long-term memory by meaning with this embedder: ``local``
+  (WordLlama, offline; ``pip install memlane[embed]``) or a model name pydantic-ai infers,
+  e.g. ``openai:text-embedding-3-small`` (unset: search by words only).
 * ``MEMLANE_FILE_DIR``: directory of the ``file`` backend (``.memlane``).
 * ``MEMLANE_SQLITE_PATH``: database file of the ``sqlite`` backend (``.memlane/memory.sqlite3``).
 * ``MEMLANE_POSTGRES_URL``: required for ``postgres``.
@@ -69,6 +72,8 @@ class MemlaneSettings(BaseSettings):
             forever).
         short_term_strategy: JSON of the short-term strategies (one object or a list).
         long_term_strategy: JSON of the long-term strategy.
+        embedder: ``local`` or a pydantic-ai embedding model name; turns long-term memory on
+            with search by meaning (unset: none).
         file_dir: Directory of the ``file`` backend.
         sqlite_path: Database file of the ``sqlite`` backend.
         postgres_url: Connection URL of the ``postgres`` backend (required for it).
@@ -92,6 +97,7 @@ class MemlaneSettings(BaseSettings):
     conversation_ttl: float | None = Field(default=None, gt=0)
     short_term_strategy: str | None = None
     long_term_strategy: str | None = None
+    embedder: str | None = None
     file_dir: str = ".memlane"
     sqlite_path: str = ".memlane/memory.sqlite3"
     postgres_url: str | None = None
@@ -117,6 +123,17 @@ class MemlaneSettings(BaseSettings):
     @classmethod
     def _mongo_name(cls, value: str) -> str:
         return check_mongo_name(value, "value")
+
+    @field_validator("embedder")
+    @classmethod
+    def _embedder_name(cls, value: str | None) -> str | None:
+        # Checked as a name here (a known provider, or "local"); the model is made, and
+        # WordLlama looked for, when a memory is built with it.
+        if value is None:
+            return None
+        from memlane.embeddings.resolve import check_embedder_name
+
+        return check_embedder_name(value)
 
     @field_validator("short_term_strategy", "long_term_strategy")
     @classmethod

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from memlane._runner import Summarizer
     from memlane.config import MemlaneSettings
     from memlane.longterm.extraction import FactExtractor
+    from memlane.longterm.storage import EmbedderLike
     from memlane.stores.protocol import MemoryStore
     from memlane.strategies import LongTermStrategy
 
@@ -102,6 +103,17 @@ class MemoryManager:
             :class:`~memlane.ConversationMemory`).
         long_term_strategy: A summarizer or neuralyzer strategy (see
             :class:`~memlane.ConversationMemory`); also accepted as ``long_term``.
+        embedder: Search long-term memory by meaning: a pydantic-ai ``Embedder`` or
+            ``EmbeddingModel``, a model name, or ``"local"`` (see
+            :class:`~memlane.longterm.LongTermMemory`). It turns long-term memory on (as
+            ``long_term=True``) and makes past conversations searchable by meaning
+            (:meth:`search_transcripts`). A ``LongTermMemory`` given as ``long_term`` keeps
+            its own embedder (``LongTermMemory(store, embedder=...)``); this one then serves
+            the conversations only. :meth:`flush` also waits for the vectors.
+
+    Raises:
+        TypeError: ``embedder`` is not one (names it).
+        ValueError: ``embedder`` is an unknown name (names it).
     """
 
     def __init__(
@@ -123,6 +135,7 @@ class MemoryManager:
         conversation_ttl: float | timedelta | None = None,
         short_term: Any = None,
         long_term_strategy: Any = None,
+        embedder: EmbedderLike | None = None,
     ) -> None:
         self._store: MemoryStore = _check_store(store) if store is not None else InMemoryStore()
         self._owns_store = store is None
@@ -134,9 +147,10 @@ class MemoryManager:
         if isinstance(long_term, LongTermMemory):
             self._long_term: LongTermMemory | None = long_term
         elif isinstance(long_term, bool):
-            # An extractor's facts have to go somewhere: it turns long-term memory on.
-            wanted = long_term or fact_extractor is not None
-            self._long_term = LongTermMemory(self._store) if wanted else None
+            # An extractor's facts have to go somewhere, and an embedder is for long-term
+            # memory: either turns it on.
+            wanted = long_term or fact_extractor is not None or embedder is not None
+            self._long_term = LongTermMemory(self._store, embedder=embedder) if wanted else None
         else:
             raise TypeError(  # pragma: no cover  # every other value is a strategy above
                 f"long_term must be bool or LongTermMemory, not {type(long_term).__name__}"
@@ -157,6 +171,7 @@ class MemoryManager:
             long_term=self._long_term,
             fact_scope=fact_scope,
             fact_scope_id=fact_scope_id,
+            embedder=embedder,
         )
         self._working = WorkingMemory(store=self._store, scope_id=working_scope_id)
 
@@ -227,6 +242,7 @@ class MemoryManager:
             "conversation_ttl": settings.conversation_ttl,
             "short_term": settings.short_term_strategy,
             "long_term_strategy": settings.long_term_strategy,
+            **({"embedder": settings.embedder} if settings.embedder is not None else {}),
             **kwargs,
         }
 
@@ -308,10 +324,25 @@ class MemoryManager:
     async_cleanup_expired_conversations = _delegate(
         "_conversation", ConversationMemory.async_cleanup_expired_conversations
     )
+    search_transcripts = _delegate("_conversation", ConversationMemory.search_transcripts)
+    async_search_transcripts = _delegate(
+        "_conversation", ConversationMemory.async_search_transcripts
+    )
     extract_facts = _delegate("_conversation", ConversationMemory.extract_facts)
     async_extract_facts = _delegate("_conversation", ConversationMemory.async_extract_facts)
-    flush = _delegate("_conversation", ConversationMemory.flush)
-    async_flush = _delegate("_conversation", ConversationMemory.async_flush)
+
+    def flush(self) -> None:
+        """Waits for the conversations' background work (summaries, fact extraction), then
+        for the long-term memory's vectors (with an embedder)."""
+        self._conversation.flush()
+        if self._long_term is not None:
+            self._long_term.flush()
+
+    async def async_flush(self) -> None:
+        """Async :meth:`flush`."""
+        await self._conversation.async_flush()
+        if self._long_term is not None:
+            await self._long_term.async_flush()
 
     def clear_conversation(self, conversation_id: str) -> None:
         """Forgets one conversation."""
@@ -368,14 +399,19 @@ class MemoryManager:
     # -------------------------------------------------------------- closing
 
     def close(self) -> None:
-        """Waits for background summaries, then closes the store if this manager made it
-        (``from_config``, or the default in-memory store); a store passed in stays open."""
+        """Waits for background summaries (and long-term vectors), then closes the store if
+        this manager made it (``from_config``, or the default in-memory store); a store passed
+        in stays open."""
         self._conversation.close()
+        if self._long_term is not None:
+            self._long_term.flush()
         if self._owns_store:
             self._store.close()
 
     async def async_close(self) -> None:
         """Async :meth:`close`."""
         await self._conversation.async_close()
+        if self._long_term is not None:
+            await self._long_term.async_flush()
         if self._owns_store:
             await self._store.async_close()

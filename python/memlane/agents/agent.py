@@ -265,7 +265,12 @@ class MemoryAgent(Generic[OutputT]):
         return self.memory.get_working_context() or None
 
     def _metadata(self) -> dict[str, Any] | None:
-        return {"agent": self.name} if self.name else None
+        # The user a turn was said by goes with it, so search_transcripts(user_id=...) finds
+        # their turns across conversations.
+        meta = {"agent": self.name} if self.name else {}
+        if self.user_id is not None:
+            meta["user_id"] = self.user_id
+        return meta or None
 
     @property
     def _extracts(self) -> bool:

@@ -4,7 +4,10 @@
 to pass as ``Agent(..., toolsets=[...])``. The tools answer in plain lines the model reads
 back:
 
-* ``recall`` — one ``{key} = {value}`` line per fact found (e.g.
+* ``recall`` — by ``key``, the fact (or facts whose key matches by recall's fuzzy rule); by
+  ``query``, the records matching it by the fuzzy rule or, when the memory has an embedder,
+  the records closest in meaning (its hybrid ``search``: a question in other words finds the
+  fact, an identifier its own record). It answers one ``{key} = {value}`` line per fact found (e.g.
   ``timezone = Australia/Adelaide``), ``procedure {name} = {content}`` and
   ``episode {trigger} = {input} -> {output}`` lines for other memories, or
   ``Nothing remembered about {key or query}.`` (``Nothing remembered yet.`` for a plain
@@ -105,22 +108,34 @@ def memory_tools(
         Args:
             key: The exact name of a fact, e.g. ``user_timezone``; similar names are tried
                 when there is no exact match.
-            query: Words to search for in memory, e.g. ``local time``.
+            query: What to look for, e.g. ``local time`` or a question such as ``how does
+                the user take their coffee``.
 
         Leave both out to list what is remembered.
         """
         key, query = key or None, query or None  # models send "" for "not given"
         try:
-            found = await long_term.async_recall(
-                key,
-                query=query,
-                memory_type=memory_type,
-                limit=limit,
-                min_confidence=min_confidence,
-                session_id=session_id,
-                user_id=user_id,
-                agent_id=agent_id,
-            )
+            if query is not None and key is None and long_term.embedder is not None:
+                found = await long_term.async_search(
+                    query,
+                    memory_type=memory_type,
+                    limit=limit,
+                    min_confidence=min_confidence,
+                    session_id=session_id,
+                    user_id=user_id,
+                    agent_id=agent_id,
+                )
+            else:
+                found = await long_term.async_recall(
+                    key,
+                    query=query,
+                    memory_type=memory_type,
+                    limit=limit,
+                    min_confidence=min_confidence,
+                    session_id=session_id,
+                    user_id=user_id,
+                    agent_id=agent_id,
+                )
         except (TypeError, ValueError) as exc:
             raise ModelRetry(str(exc)) from exc
         if not found:
