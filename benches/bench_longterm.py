@@ -504,7 +504,8 @@ def _postgres_search(
     """
     from benches.bench_stores import _Servers
     from memlane.longterm import Fact, FactScope, LongTermMemory
-    from memlane.longterm.facts import _entry, fact_namespace
+    from memlane.longterm.fact_plans import fact_entry
+    from memlane.longterm.fact_scopes import fact_namespace
 
     servers = _Servers(start=not cfg.quick)
     medians: dict[int, float] = {}
@@ -539,7 +540,7 @@ def _postgres_search(
                         scope_id=USER,
                         confidence=confidence,
                     )
-                    batch.append(_entry(fact))
+                    batch.append(fact_entry(fact))
                     if len(batch) == FILL_CHUNK:
                         store.save_many(user_ns, batch)
                         batch = []

@@ -49,7 +49,7 @@ class Config:
 
     @property
     def reps(self) -> int:
-        return 2 if self.quick else 7
+        return 1 if self.quick else 7
 
 
 @dataclass
