@@ -14,6 +14,7 @@ import pytest
 from pydantic_ai.embeddings import Embedder, EmbeddingModel, TestEmbeddingModel
 
 from memlane.embeddings import (
+    VectorWriter,
     async_embed_documents,
     async_embed_query,
     embed_documents,
@@ -23,6 +24,9 @@ from memlane.embeddings import (
     resolve_embedder,
 )
 from memlane.embeddings.local import LocalEmbeddingModel
+from memlane.stores import InMemoryStore
+from memlane.stores.protocol import SEARCH_TEXT
+from memlane.types import MemoryEntry
 
 
 def _cos(a: list[float], b: list[float]) -> float:
@@ -243,3 +247,82 @@ class TestQueryVectors:
             embedder, ["hot drink"]
         )
         assert math.isclose(_cos(sync, sync), 1.0, rel_tol=1e-5)
+
+
+class TestNothingHeavyUntilUsed:
+    """Long-term memory without an embedder loads no model, numpy or pydantic-ai."""
+
+    def test_a_memory_without_an_embedder(self) -> None:
+        loaded = _run(
+            """
+            import json, sys
+            import memlane
+            from memlane.longterm import LongTermMemory
+
+            memory = LongTermMemory()
+            memory.remember("k", "v")
+            memory.search("v")
+            heavy = ["numpy", "wordllama", "tokenizers", "safetensors", "pydantic_ai",
+                     "memlane.embeddings.local"]
+            print(json.dumps({name: name in sys.modules for name in heavy}))
+            """
+        )
+        assert not any(loaded.values()), loaded
+
+
+class TestVectorWriter:
+    """The writer embeds what it is given off the caller's thread; flush waits; close stops."""
+
+    def _stored(self, store: InMemoryStore, text: str | None) -> MemoryEntry:
+        entry = MemoryEntry(
+            key="k", content=1, metadata={} if text is None else {SEARCH_TEXT: text}
+        )
+        store.save("ns", entry)
+        return entry
+
+    def test_submit_flush_close(self) -> None:
+        store = InMemoryStore()
+        writer = VectorWriter(store, resolve_local())
+        assert (writer.model, writer.batch_size) == ("wordllama:l2_supercat", 512)
+        entry = self._stored(store, "black coffee")
+        writer.submit("ns", [entry, self._stored(InMemoryStore(), None)])
+        writer.flush()
+        hits = store.vector_search(["ns"], embed_query(writer.embedder, "espresso"),
+                                   model=writer.model)  # fmt: skip
+        assert [h.entry.entry_id for h in hits] == [entry.entry_id]
+        writer.close()
+        writer.close()  # idempotent
+        with pytest.raises(RuntimeError, match="closed"):
+            writer.submit("ns", [entry])
+
+    async def test_async_flush_and_close(self) -> None:
+        store = InMemoryStore()
+        writer = VectorWriter(store, resolve_local(), batch_size=1)
+        writer.submit("ns", [self._stored(store, "tea"), self._stored(store, "")])
+        await writer.async_flush()
+        assert store.missing_vectors(["ns"], writer.model) != []  # "" has no direction
+        await writer.async_close()
+
+    def test_checked(self) -> None:
+        with pytest.raises(TypeError, match="store must keep vectors"):
+            VectorWriter(object(), resolve_local())  # type: ignore[arg-type]  # what a caller might pass
+        with pytest.raises(ValueError, match="batch_size"):
+            VectorWriter(InMemoryStore(), resolve_local(), batch_size=0)
+
+    def test_a_forked_child_does_not_wait_for_the_parents_thread(self) -> None:
+        import multiprocessing
+
+        store = InMemoryStore()
+        writer = VectorWriter(store, resolve_local())
+        writer.submit("ns", [self._stored(store, "coffee")])
+        child = multiprocessing.get_context("fork").Process(target=writer.flush)
+        child.start()
+        child.join(60)
+        assert child.exitcode == 0
+        writer.flush()
+
+
+def resolve_local() -> Embedder:
+    embedder = resolve_embedder("local")
+    assert embedder is not None
+    return embedder

@@ -8,9 +8,11 @@ in one call to the embedder (waiting up to :data:`LINGER` for a batch to fill) a
 then the record is found by keyword; :meth:`VectorWriter.flush` waits for everything submitted
 so far.
 
-Why batches in a thread rather than inline: a remote embedder costs a round trip per call,
-and even the local model embeds a batch of 500 short texts in about the time of 15 single
-calls; the store takes a batch in one transaction. The request path pays for neither.
+Why batches in a thread rather than inline, even for the local model: a remote embedder costs
+a round trip per call, the local model embeds a batch far faster per text than one at a time,
+and the store takes a batch in one transaction. Measured in memory (p50 of 2,000 calls), a
+``remember`` takes 35 µs without an embedder and 40 µs with this writer, where embedding the
+fact inline alone would add 43 µs before the store's vector write.
 
 Correctness does not depend on timing: each vector carries the digest of the text it was made
 from, and the store attaches it only while the entry still holds that text, so a vector made
