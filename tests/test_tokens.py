@@ -7,9 +7,11 @@ import json
 import logging
 import os
 import pickle
+import random
 import re
 import select
 import signal
+import string
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -351,6 +353,19 @@ class TestPathologicalInput:
     )
     def test_one_megabyte(self, backend: str, text: str) -> None:
         assert make(backend).estimate(text) == make("rust").estimate(text)
+
+    @pytest.mark.parametrize("kind", ["repeated", "random letters", "words without spaces"])
+    def test_long_pieces_count_as_tiktoken_does(self, backend: str, kind: str) -> None:
+        # The benchmarks' worst cases, smaller: each one pre-token merged in tiktoken's order.
+        rng = random.Random(28)
+        text = {
+            "repeated": "a" * 20_000,
+            "random letters": "".join(rng.choice(string.ascii_lowercase) for _ in range(20_000)),
+            "words without spaces": "thequickbrownfoxjumpsoverthelazydog" * 600,
+        }[kind]
+        expected = len(ORACLES["o200k_base"].encode_ordinary(text))
+        assert make(backend).estimate(text) == expected
+        assert make(backend).estimate(text) == expected  # again, from warm per-thread tables
 
     @pytest.mark.parametrize("piece", [b"a" * (1 << 14), b"!" * (1 << 14), b"ab" * (1 << 13)])
     def test_long_piece_merge_does_linearly_many_lookups(self, piece: bytes) -> None:
