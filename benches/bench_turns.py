@@ -332,7 +332,7 @@ def run_turns(cfg: Config, log: Callable[[str], None]) -> WorkloadResult:
     encode = enc.encode_ordinary  # type: ignore[attr-defined]
     p_tok = sum(len(encode(p)) for p, _ in pool) / len(pool)
     r_tok = sum(len(encode(r)) for _, r in pool) / len(pool)
-    reps, per_rep, turns = (3, 3, 100) if cfg.quick else (5, 20, 500)
+    reps, per_rep, turns = (cfg.reps, 3, 100) if cfg.quick else (5, 20, 500)
     # Conversations per repetition. The pure-Python twins (exact counting in Python, milliseconds
     # per turn on CJK text) and the recount variant (re-encodes the whole list every call) would
     # take many minutes over 100 conversations; their per-turn cost does not depend on how many
@@ -635,8 +635,8 @@ def run_scaling(cfg: Config, log: Callable[[str], None]) -> WorkloadResult:
             LC_CACHED: 100_000,
             LC_RECOUNT: 3_000,
         }
-    blocks = 5 if cfg.quick else 7
-    budget_s = 0.05 if cfg.quick else 0.15
+    blocks = 3 if cfg.quick else 7
+    budget_s = 0.03 if cfg.quick else 0.15
     result.notes += [
         (
             "One conversation per contender grows turn by turn (memlane through add_turn; the LangChain list "
