@@ -448,6 +448,15 @@ class TestRememberMany:
         assert max(documents) <= 512
         assert len(memory.search("garden", mode="semantic", limit=50)) == 50
 
+    async def test_the_local_model_embeds_a_batch_before_returning(
+        self, memory: LongTermMemory, way: str
+    ) -> None:
+        """In-process, the batch is embedded on the caller's thread: no flush needed."""
+        await call(way, memory, "remember_many", PREFERENCES, scope="user", scope_id="ada")
+        found = await call(way, memory, "search", "kitten", user_id="ada", mode="semantic")
+        assert keys(found)[0] == "pet"
+        assert len(found) == len(PREFERENCES)
+
     @pytest.mark.parametrize(
         ("facts", "problem"),
         [

@@ -35,6 +35,7 @@ __all__ = [
     "embed_documents",
     "embed_query",
     "embedder_id",
+    "is_local",
     "resolve_embedder",
 ]
 
@@ -136,6 +137,11 @@ def embedder_id(embedder: Embedder) -> str:
     if isinstance(model, str):
         return model
     return f"{model.system}:{model.model_name}"
+
+
+def is_local(embedder: Embedder) -> bool:
+    """Whether ``embedder`` runs the local model (in this process, in microseconds)."""
+    return _local(embedder) is not None
 
 
 def _blocking(call: Callable[[], Coroutine[Any, Any, EmbeddingResult]]) -> EmbeddingResult:

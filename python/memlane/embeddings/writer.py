@@ -26,13 +26,12 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
-from array import array
 from collections import OrderedDict, deque
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from memlane._validate import check_positive_int
-from memlane.embeddings.resolve import embed_documents, embedder_id
+from memlane.embeddings.resolve import embed_documents, embedder_id, is_local
 from memlane.stores.protocol import SEARCH_TEXT
 from memlane.stores.vectors import EntryVector, text_digest
 
@@ -48,9 +47,10 @@ LINGER = 0.02
 """Seconds the worker waits for a batch to fill before embedding what it has, unless a
 ``flush`` is waiting: the request path never waits for it."""
 
-_CACHED = 1024
-"""Vectors remembered by text digest: a confirmed fact re-saved with the same text (which a
-store may drop the vector of) costs no second embedding, whatever the embedder charges."""
+_CACHED = 256
+"""The latest vectors made, by text digest: a fact confirmed soon after it was written (saved
+again with the same text, which a store may drop the vector of) costs no second embedding,
+whatever the embedder charges. Lists of floats, so 256 of 256 dimensions hold about 2 MB."""
 
 
 class VectorWriter:
@@ -90,7 +90,7 @@ class VectorWriter:
         self._waiting = 0  # flush() calls waiting: the worker stops lingering for them
         self._closed = False
         self._errors: list[Exception] = []
-        self._cache: OrderedDict[str, array[float]] = OrderedDict()
+        self._cache: OrderedDict[str, list[float]] = OrderedDict()
         self._pid = os.getpid()
 
     @property
@@ -114,6 +114,12 @@ class VectorWriter:
         if self._pid != os.getpid():
             self._reset()
 
+    @property
+    def in_process(self) -> bool:
+        """Whether the embedder runs in this process (the local model): cheap enough that a
+        bulk write embeds its records itself (:meth:`write_now`)."""
+        return is_local(self._embedder)
+
     def submit(self, namespace: str, entries: Sequence[MemoryEntry]) -> None:
         """Queues stored ``entries`` of ``namespace`` for embedding; returns at once.
 
@@ -122,7 +128,11 @@ class VectorWriter:
         Raises:
             RuntimeError: The writer was closed.
         """
-        items = [(namespace, e) for e in entries if isinstance(e.metadata.get(SEARCH_TEXT), str)]
+        self.submit_many([(namespace, e) for e in entries])
+
+    def submit_many(self, entries: Sequence[tuple[str, MemoryEntry]]) -> None:
+        """:meth:`submit` of ``(namespace, entry)`` pairs of several namespaces at once."""
+        items = [(ns, e) for ns, e in entries if isinstance(e.metadata.get(SEARCH_TEXT), str)]
         if not items:
             return
         self._forked()
@@ -163,34 +173,52 @@ class VectorWriter:
     def _write(self, batch: list[tuple[str, MemoryEntry]]) -> None:
         # The last submission of an entry wins: an earlier one holds an older text.
         latest = {(ns, e.entry_id): (ns, e) for ns, e in batch}
+        digests: dict[tuple[str, str], str] = {}
         texts: dict[str, str] = {}  # digest -> text, each distinct text embedded once
-        for _, entry in latest.values():
+        for where, (_, entry) in latest.items():
             text = entry.metadata[SEARCH_TEXT]
-            texts.setdefault(text_digest(text), text)
+            digest = digests[where] = text_digest(text)
+            texts.setdefault(digest, text)
         missing = [d for d in texts if d not in self._cache]
         made = embed_documents(self._embedder, [texts[d] for d in missing])
-        found: dict[str, array[float] | None] = {d: self._cache.get(d) for d in texts}
-        for digest, made_vector in zip(missing, made, strict=True):
-            found[digest] = None if made_vector is None else array("f", made_vector)
-        self._remember(found)
+        found: dict[str, list[float] | None] = {d: self._cache.get(d) for d in texts}
+        found.update(zip(missing, made, strict=True))
+        self._remember(missing, made)
         by_namespace: dict[str, list[EntryVector]] = {}
-        for namespace, entry in latest.values():
-            digest = text_digest(entry.metadata[SEARCH_TEXT])
+        for where, (namespace, entry) in latest.items():
+            digest = digests[where]
             vector = found[digest]
             if vector is not None:  # a text the model gives no direction is never stored
                 by_namespace.setdefault(namespace, []).append(
-                    EntryVector(entry.entry_id, digest, vector.tolist())
+                    EntryVector(entry.entry_id, digest, vector)
                 )
         for namespace, vectors in by_namespace.items():
             self._store.save_vectors(namespace, self._model, vectors)
 
-    def _remember(self, found: dict[str, array[float] | None]) -> None:
-        for digest, vector in found.items():
+    def _remember(self, digests: list[str], vectors: list[list[float] | None]) -> None:
+        # Only the newest can stay: a bulk write's thousands would all be evicted again.
+        for digest, vector in zip(digests[-_CACHED:], vectors[-_CACHED:], strict=True):
             if vector is not None:
                 self._cache[digest] = vector
-                self._cache.move_to_end(digest)
         while len(self._cache) > _CACHED:
             self._cache.popitem(last=False)
+
+    def write_now(self, entries: Sequence[tuple[str, MemoryEntry]]) -> None:
+        """Embeds and stores the vectors of ``(namespace, entry)`` pairs on the caller's
+        thread, in batches, before returning: what a bulk write with an in-process model
+        does, where the writer's thread would only trade the GIL with the caller's.
+
+        Raises:
+            Exception: The embedder's or the store's failure, as raised.
+        """
+        items = [(ns, e) for ns, e in entries if isinstance(e.metadata.get(SEARCH_TEXT), str)]
+        for start in range(0, len(items), self._batch_size):
+            self._write(items[start : start + self._batch_size])
+
+    async def async_write_now(self, entries: Sequence[tuple[str, MemoryEntry]]) -> None:
+        """Async :meth:`write_now`, in a worker thread: the in-process model's work and the
+        store's blocking vector writes must not stall the event loop."""
+        await asyncio.to_thread(self.write_now, entries)
 
     def flush(self) -> None:
         """Waits until every entry submitted before the call has its vector stored (or was

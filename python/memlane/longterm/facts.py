@@ -243,8 +243,8 @@ class Facts(StoragePart):
             yield from self._preferences_changed_plan(checked_scope, checked_id)
         return results
 
-    remember_many = writing_method(_remember_many)
-    async_remember_many = async_writing_method(_remember_many)
+    remember_many = writing_method(_remember_many, bulk=True)
+    async_remember_many = async_writing_method(_remember_many, bulk=True)
 
     def _preferences_changed_plan(self, scope: FactScope, scope_id: str | None) -> Plan[None]:
         """Keeps a user's cached preferences in step when a preference fact of theirs changed."""

@@ -8,7 +8,7 @@ in its store, and with an embedder it also holds the
 A part publishes a method that writes records with :func:`writing_method` /
 :func:`async_writing_method` instead of the runner's ``sync_method`` / ``async_method``: the
 plan runs as before, and every entry with a search text it saved (``Save``, ``SaveMany``, a
-``SaveIf`` that won) is handed to the writer once the store took it. One place sees every
+``SaveIf`` that won) is handed to the writer, in one submission, once the plan has run. One place sees every
 write, so no plan needs to know about vectors; a write that lost its compare-and-swap is not
 embedded, and a vector made from a text that has changed since is refused by the store.
 """
@@ -17,9 +17,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeAlias, TypeVar
 
 from memlane._runner import (
+    Call,
     Done,
     Plan,
     Save,
@@ -38,6 +40,7 @@ if TYPE_CHECKING:
 
     from memlane.embeddings import VectorWriter
     from memlane.stores import MemoryStore
+    from memlane.types import MemoryEntry
 
 __all__ = [
     "EmbedderLike",
@@ -122,68 +125,87 @@ Part = TypeVar("Part", bound=StoragePart)
 
 
 def writing_method(
-    plan: Callable[Concatenate[Part, P], Step[T]],
+    plan: Callable[Concatenate[Part, P], Step[T]], *, bulk: bool = False
 ) -> Callable[Concatenate[Part, P], T]:
     """The blocking public method of a plan method that writes records: each record it
-    stored goes to the memory's :class:`~memlane.embeddings.VectorWriter` (if any)."""
+    stored goes to the memory's :class:`~memlane.embeddings.VectorWriter` (if any).
+
+    Args:
+        plan: The plan method.
+        bulk: A method that writes many records at once (``remember_many``): with a model
+            that runs in-process (the local one), its records are embedded before it returns,
+            in one batch on the caller's thread, rather than handed to the writer's thread.
+    """
 
     def method(self: Part, /, *args: P.args, **kwargs: P.kwargs) -> T:
-        return run_sync(_embedding(plan(self, *args, **kwargs), self._storage), self.store)
+        step = _embedding(plan(self, *args, **kwargs), self._storage, bulk=bulk)
+        return run_sync(step, self.store)
 
     return describe(method, plan, sync=True)
 
 
 def async_writing_method(
-    plan: Callable[Concatenate[Part, P], Step[T]],
+    plan: Callable[Concatenate[Part, P], Step[T]], *, bulk: bool = False
 ) -> Callable[Concatenate[Part, P], Coroutine[Any, Any, T]]:
     """The awaitable twin of :func:`writing_method`."""
 
     async def method(self: Part, /, *args: P.args, **kwargs: P.kwargs) -> T:
-        return await run_async(_embedding(plan(self, *args, **kwargs), self._storage), self.store)
+        step = _embedding(plan(self, *args, **kwargs), self._storage, bulk=bulk)
+        return await run_async(step, self.store)
 
     return describe(method, plan, sync=False)
 
 
-def _embedding(step: Step[T], storage: Storage) -> Step[T]:
-    """``step``, whose saves are handed to the storage's writer once the store took them."""
+def _embedding(step: Step[T], storage: Storage, *, bulk: bool) -> Step[T]:
+    """``step``, whose saved records are embedded once it has run."""
     writer = storage.writer
     if writer is None or isinstance(step, Done):
         return step
-    return _watched(step, writer)
+    return _watched(step, writer, inline=bulk and writer.in_process)
 
 
-def _watched(step: Plan[T] | StoreOp[T], writer: VectorWriter) -> Plan[T]:
+def _watched(step: Plan[T] | StoreOp[T], writer: VectorWriter, *, inline: bool) -> Plan[T]:
     # A plain proxy of the plan: every operation goes to the runner unchanged and its result
-    # (or failure) back to the plan; only a successful save is looked at on the way.
+    # (or failure) back to the plan; the saves are noted on the way and handed over at the
+    # end, in one submission (or embedded here, in one batch, for a bulk write).
+    saved: list[tuple[str, MemoryEntry]] = []
     if isinstance(step, StoreOp):
         result: T = yield step
-        _saved(step, result, writer)
-        return result
-    try:
-        op = step.send(None)
-        while True:
-            try:
-                sent = yield op
-            except Exception as exc:  # noqa: BLE001  # the plan decides, as under the runner
-                op = step.throw(exc)
-                continue
-            _saved(op, sent, writer)
-            op = step.send(sent)
-    except StopIteration as done:
-        finished: T = done.value
-        return finished
+        _note(step, result, saved)
+    else:
+        try:
+            op = step.send(None)
+            while True:
+                try:
+                    sent = yield op
+                except Exception as exc:  # noqa: BLE001  # the plan decides, as under the runner
+                    op = step.throw(exc)
+                    continue
+                _note(op, sent, saved)
+                op = step.send(sent)
+        except StopIteration as done:
+            result = done.value
+        except BaseException:
+            # What was stored before the failure is stored: it is embedded all the same.
+            writer.submit_many(saved)
+            raise
+    if saved:
+        if inline:
+            yield Call(partial(writer.write_now, saved), partial(writer.async_write_now, saved))
+        else:
+            writer.submit_many(saved)
+    return result
 
 
-def _saved(op: object, result: object, writer: VectorWriter) -> None:
+def _note(op: object, result: object, saved: list[tuple[str, MemoryEntry]]) -> None:
     if isinstance(op, Then):
-        # The result is mapped, so a SaveIf's outcome is unknown here: submitting is
-        # harmless either way, since the store attaches a vector only to the text it was
-        # made from.
+        # The result is mapped, so a SaveIf's outcome is unknown here: embedding is harmless
+        # either way, since the store attaches a vector only to the text it was made from.
         op, result = op.op, True
     if isinstance(op, Save):
-        writer.submit(op.namespace, [op.entry])
+        saved.append((op.namespace, op.entry))
     elif isinstance(op, SaveIf):
         if result is True:
-            writer.submit(op.namespace, [op.entry])
+            saved.append((op.namespace, op.entry))
     elif isinstance(op, SaveMany):
-        writer.submit(op.namespace, op.entries)
+        saved.extend((op.namespace, entry) for entry in op.entries)
