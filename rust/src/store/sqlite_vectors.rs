@@ -391,4 +391,57 @@ mod tests {
         let kept = format!("\nKEPT_MIRRORS = {}\n", mirror::KEPT_MIRRORS);
         assert!(twin.contains(&kept));
     }
+
+    #[test]
+    fn a_search_sees_every_later_write_of_another_connection() {
+        let dir = std::env::temp_dir().join(format!("memlane-mirror-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("v.sqlite3");
+        let _ = std::fs::remove_file(&path);
+        let table = super::super::sqlite::SqliteTable::open(&path).unwrap();
+        let other = Connection::open(&path).unwrap();
+        other
+            .busy_timeout(std::time::Duration::from_secs(30))
+            .unwrap();
+        let ns = vec!["a".to_owned()];
+        let blob = |x: f32, y: f32| [x.to_le_bytes(), y.to_le_bytes()].concat();
+        for round in 1..=4i64 {
+            other
+                .execute(
+                    "INSERT INTO memory_entries (entry_id, namespace, scope, content, created_at) \
+                     VALUES (?, 'a', 'long_term', '1', 'x')",
+                    params![format!("e{round}")],
+                )
+                .unwrap();
+            other
+                .execute(
+                    "INSERT INTO memory_vectors (seq, model, dims, digest, vector) \
+                     SELECT seq, 'm', 2, 'd', ? FROM memory_entries WHERE entry_id = ?",
+                    params![blob(1.0, 0.0), format!("e{round}")],
+                )
+                .unwrap();
+            if round > 2 {
+                other
+                    .execute("DELETE FROM memory_entries WHERE entry_id = 'e1'", [])
+                    .unwrap();
+                other
+                    .execute(
+                        "UPDATE memory_entries SET importance = 0.1 WHERE entry_id = 'e2'",
+                        [],
+                    )
+                    .unwrap();
+            }
+            let found = table
+                .vector_search(&ns, "m", &[1.0, 0.0], 10, 0.2, 0.0)
+                .unwrap();
+            let expected = if round > 2 { round - 2 } else { round };
+            assert_eq!(
+                found.len(),
+                usize::try_from(expected).unwrap(),
+                "round {round}"
+            );
+        }
+        drop(table);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
