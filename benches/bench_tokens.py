@@ -386,6 +386,7 @@ def run(cfg: Config, log: Callable[[str], None]) -> WorkloadResult:
         1.5,
         at_least=False,
         rows=[bpe_worst],
+        next_step=_PATHOLOGICAL_NEXT,
     )
 
     _pathological(result, cfg, counts, wreps, log)
@@ -684,6 +685,13 @@ def _batch(
         at_least=True,
         rows=[r_loop],
         detail=f"estimate_many 1 thread → 2 threads: {fmt_ratio(scaling)}",
+        next_step=(
+            "estimate_many splits the batch over the cores with the GIL released (profile "
+            "above); a second thread gains only what the machine's second core gives it, so "
+            "the ratio falls towards 1x when other processes keep that core busy (see the "
+            "load average in the header). Next: judge it on a quiet machine, or pinned to "
+            "two otherwise idle cores."
+        ),
     )
     result.plot["batch"] = {r.contender: len(messages) / r.median_s for r in rows if r.median_s}
 
