@@ -11,6 +11,11 @@ A vector is written only while its entry still has the text the caller checked t
 of: the insert names that text, so a text changed by another process since is never given a
 vector made from the old one. The Rust table (``rust/src/store/sqlite.rs``) runs the same SQL
 and a test holds :data:`VECTOR_SCHEMA` equal to its own.
+
+A search does not read the table's blobs: it reads the process's mirror of them
+(:mod:`memlane._pure.sqlite_mirror`), brought up to date inside the search's read transaction
+from ``memory_vector_changes``, a log the file's own triggers append each changed entry's
+``seq`` to. A file whose vectors predate the log is scanned as before.
 """
 
 from __future__ import annotations

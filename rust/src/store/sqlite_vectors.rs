@@ -11,8 +11,10 @@
 //! * A vector is written only while its entry still has the text whose digest the caller
 //!   checked: `ATTACH` names that text, so a text changed by another process in between never
 //!   takes a vector made from the old one.
-//! * A search scores, in one read transaction, only the vectors of its model and dimensions
-//!   (indexed by `(model, dims)`), then reads the rows of the best `limit` by `seq`.
+//! * A search runs in one read transaction: it brings the process's mirror of the vectors of
+//!   its model and dimensions up to date from `memory_vector_changes` (see `mirror`), scores
+//!   the mirror, then reads the rows of the best `limit` by `seq`. A file whose vectors
+//!   predate the change log is scanned instead (only the vectors of the model and dims).
 
 use std::sync::PoisonError;
 
@@ -23,7 +25,8 @@ use crate::vectors::{dot, Candidate, Top};
 
 pub mod mirror;
 
-/// The vectors table and its triggers, created once per file (the twin's `VECTOR_SCHEMA`).
+/// The vectors table, its triggers and the change log mirrors follow (with the file's random
+/// epoch), created once per file (the twin's `VECTOR_SCHEMA`).
 pub const VECTOR_SCHEMA: &str = "
 CREATE TABLE memory_vectors (
     seq INTEGER PRIMARY KEY,
