@@ -1,14 +1,16 @@
 """Long-term memory: what agents keep across conversations.
 
 * :class:`LongTermMemory` (``long_term_memory.py``) holds one part per kind of record, all
-  sharing one store and one embedder slot (``storage.py``).
-* Facts (``facts.py``; models in ``fact_model.py``, their namespaces and scope checks in
-  ``fact_scopes.py``): key-value knowledge in the scopes session, user, agent and global,
-  confirmed, updated with history, contradicted.
+  sharing one store and one embedder with the writer that embeds what they write
+  (``storage.py``).
+* Facts (``facts.py``, their plans in ``fact_plans.py``; models in ``fact_model.py``, their
+  namespaces and scope checks in ``fact_scopes.py``): key-value knowledge in the scopes
+  session, user, agent and global, confirmed, updated with history, contradicted.
 * Episodes (``episodes.py``, data in ``episode_model.py``), procedures (``procedures.py``),
   users (``users.py``, data in ``user_model.py``).
 * Finding: ``recall.py`` (the fuzzy rule of ``fuzzy.py``, through the scope hierarchy) and
-  ``ranked_search.py`` (ranked by the store's index).
+  ``ranked_search.py`` (by the store's word index, by meaning, or both fused by
+  ``fusion.py``); ``vector_upkeep.py`` (``flush``, ``reembed``).
 * :meth:`LongTermMemory.forget_user` (``forget_user.py``): every record of one person, at once.
 * :func:`create_fact_extractor` (``fact_extraction.py``): facts a model finds in conversation
   turns, merged through ``remember``.

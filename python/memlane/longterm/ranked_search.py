@@ -1,17 +1,23 @@
-"""Ranked search over facts, procedures and episodes, served by the store's own index.
+"""Ranked search over facts, procedures and episodes: by words, by meaning, or both.
 
 (Formerly ``memlane.longterm.search``, which still re-exports it.)
 
 ``recall(query=...)`` is a pattern match: every word must occur, in order. :meth:`search`
-ranks instead: a record is found when it shares any word with the query, and records are
-ordered by relevance (more of the query's words, and rarer ones, score higher), then by
-confidence. Each record is written with its searchable text in the entry's
-``metadata["search_text"]`` (a fact: its key and value; a procedure: its name, content and
-trigger phrases; an episode: its trigger, input and output), so the store indexes it as it is
-saved and a search reads only the index's postings of the query's words — SQLite FTS5,
-PostgreSQL ``tsvector`` and ``pg_trgm``, an inverted index in memory (see
+ranks instead. By words (``mode="keyword"``): a record is found when it shares any word with
+the query, and records are ordered by relevance (more of the query's words, and rarer ones,
+score higher), then by confidence. Each record is written with its searchable text in the
+entry's ``metadata["search_text"]`` (a fact: its key and value; a procedure: its name, content
+and trigger phrases; an episode: its trigger, input, output, error and actions), so the store
+indexes it as it is saved and a search reads only the index's postings of the query's words —
+SQLite FTS5, PostgreSQL ``tsvector`` and ``pg_trgm``, an inverted index in memory (see
 :class:`~memlane.stores.SearchableStore`). A custom store without ``search`` is searched by
 reading the namespaces.
+
+With an embedder the same text is embedded too, and ``mode="semantic"`` ranks by the cosine
+similarity of the query's vector to each record's (the store's ``vector_search``), while
+``mode="hybrid"``, the default then, fuses both rankings (:mod:`memlane.longterm.fusion`).
+Both search every namespace asked for at once, so one ranking orders all kinds of record; the
+scope rules (a more specific scope hides the same key) and ``min_confidence`` apply after.
 """
 
 from __future__ import annotations
