@@ -22,7 +22,7 @@ import numpy
 import pytest
 
 from memlane import _backend
-from memlane._pure import sqlite_mirror
+from memlane._pure import sqlite_mirror, vector_index
 from memlane._pure.sqlite_vectors import MIRROR_CHANGES, MIRROR_LOAD
 from memlane.stores import EntryVector, SQLiteStore
 from memlane.stores.protocol import SEARCH_TEXT
@@ -402,3 +402,34 @@ class TestASearchReadsOnlyWhatChanged:
         for i in range(1, sqlite_mirror.KEPT_MIRRORS + 1):
             sqlite_mirror.mirror_for("kept-test", f"e{i}", MODEL, 2)
         assert sqlite_mirror.mirror_for("kept-test", "e0", MODEL, 2) is not first
+
+
+class TestTheTwinsPlainMirror:
+    """Without numpy, the twin's mirror keeps plain lists and gives the same answers."""
+
+    def test_changes_and_searches_match_the_file(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        monkeypatch.setattr(vector_index, "NUMPY", False)
+        path = tmp_path / "v.sqlite3"
+        rng = random.Random(8)
+        with _backend.use("python"):
+            store = SQLiteStore(path)
+        with store:
+            entries = [fact(f"f{i}", importance=rng.choice([0.2, 0.9])) for i in range(40)]
+            store.save_many("a", entries)
+            for entry in entries:
+                attach(store, "a", entry, random_vector(rng))
+            for step in range(12):
+                query = random_vector(rng)
+                assert_matches(
+                    store.vector_search(["a"], query, model=MODEL, min_importance=0.5),
+                    oracle(path, ["a"], query, min_importance=0.5),
+                )
+                victim = entries[step]
+                if step % 3 == 0:
+                    store.delete("a", victim.entry_id)
+                elif step % 3 == 1:
+                    store.save("a", victim.model_copy(update={"importance": 1.0}))
+                else:
+                    attach(store, "a", victim, random_vector(rng))
