@@ -89,3 +89,23 @@ def test_without_an_embedder_search_transcripts_names_it() -> None:
 def test_a_bad_embedder_is_refused_by_name() -> None:
     with pytest.raises((TypeError, ValueError), match="embedder"):
         ConversationMemory(embedder=42)
+
+
+def test_the_manager_offers_pins_summaries_on_demand_and_their_status() -> None:
+    from memlane import MemoryManager
+
+    def summarize(turns: Any) -> str:
+        return " / ".join(t.assistant_response for t in turns)
+
+    manager = MemoryManager(max_conversation_tokens=400, summarizer=summarize)
+    cid = manager.new_conversation()
+    manager.add_turn(cid, "My account is 4471-002.", "Noted.", pinned=True)
+    manager.add_turn(cid, "second", "two")
+    manager.add_turn(cid, "third", "three")
+    manager.pin_turn(cid, 1)
+
+    manager.summarize_now(cid, focus="keep the account")
+
+    assert [t.turn_id for t in manager.get_turns(cid)] == [0, 1]
+    assert manager.summary_status(cid).state == "ok"
+    assert manager.get_summary(cid) is not None and "three" in manager.get_summary(cid)

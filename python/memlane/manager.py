@@ -310,6 +310,12 @@ class MemoryManager:
     async_get_total_tokens = _delegate("_conversation", ConversationMemory.async_get_total_tokens)
     get_summary = _delegate("_conversation", ConversationMemory.get_summary)
     async_get_summary = _delegate("_conversation", ConversationMemory.async_get_summary)
+    pin_turn = _delegate("_conversation", ConversationMemory.pin_turn)
+    async_pin_turn = _delegate("_conversation", ConversationMemory.async_pin_turn)
+    summarize_now = _delegate("_conversation", ConversationMemory.summarize_now)
+    async_summarize_now = _delegate("_conversation", ConversationMemory.async_summarize_now)
+    summary_status = _delegate("_conversation", ConversationMemory.summary_status)
+    async_summary_status = _delegate("_conversation", ConversationMemory.async_summary_status)
     export_conversation = _delegate("_conversation", ConversationMemory.export_conversation)
     async_export_conversation = _delegate(
         "_conversation", ConversationMemory.async_export_conversation
