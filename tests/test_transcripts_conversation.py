@@ -108,4 +108,6 @@ def test_the_manager_offers_pins_summaries_on_demand_and_their_status() -> None:
 
     assert [t.turn_id for t in manager.get_turns(cid)] == [0, 1]
     assert manager.summary_status(cid).state == "ok"
-    assert manager.get_summary(cid) is not None and "three" in manager.get_summary(cid)
+    summary = manager.get_summary(cid)
+    assert summary is not None
+    assert "three" in summary
