@@ -53,8 +53,9 @@ _ELLIPSIS = " …"
 
 def summary_room(max_tokens: int) -> int:
     """The fewest tokens a summary must be left in a budget of ``max_tokens``:
-    :data:`MIN_SUMMARY_ROOM`, or all but one token of a budget too small for that."""
-    return max(1, min(MIN_SUMMARY_ROOM, max_tokens - 1))
+    :data:`MIN_SUMMARY_ROOM`, or all but one token of a budget too small for that (none of a
+    one-token budget, whose only token the kept turns need: its default stays valid)."""
+    return max(0, min(MIN_SUMMARY_ROOM, max_tokens - 1))
 
 
 def default_threshold(max_tokens: int) -> int:
