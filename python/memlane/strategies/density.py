@@ -17,6 +17,7 @@ from collections.abc import Iterable
 
 from pydantic import BaseModel, Field
 from pydantic_ai import Agent
+from pydantic_ai.exceptions import UnexpectedModelBehavior
 from pydantic_ai.models import Model
 
 from memlane._runner import Call, Plan, run_async, run_sync
@@ -137,10 +138,27 @@ Answer = DensityStep | str
 
 
 def _ask(agent: Agent[None, Answer], prompt: str) -> Call:
-    async def awaiting() -> Answer:
-        return (await agent.run(prompt)).output
+    def running() -> Answer:
+        try:
+            return agent.run_sync(prompt).output
+        except UnexpectedModelBehavior as exc:
+            raise _unusable(exc) from exc
 
-    return Call(lambda: agent.run_sync(prompt).output, awaiting)
+    async def awaiting() -> Answer:
+        try:
+            return (await agent.run(prompt)).output
+        except UnexpectedModelBehavior as exc:
+            raise _unusable(exc) from exc
+
+    return Call(running, awaiting)
+
+
+def _unusable(exc: UnexpectedModelBehavior) -> ValueError:
+    # With no output retries, pydantic-ai reports an empty reply (or a step it cannot
+    # validate) as "Exceeded maximum output retries (0)", which tells a user nothing.
+    return ValueError(
+        f"the summary model returned no summary (an empty text or an unusable step: {exc})"
+    )
 
 
 def _step(answer: Answer) -> tuple[str, bool]:
