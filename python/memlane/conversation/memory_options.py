@@ -87,7 +87,12 @@ def resolve_summarizer(
             model anywhere.
     """
     if summarizer is not None and not callable(summarizer):
-        raise TypeError(f"summarizer must be callable, not {type(summarizer).__name__}")
+        hint = (
+            "; pass a summarizer strategy as long_term_strategy= (it summarises with its model)"
+            if summarizer_strategy(summarizer) is not None
+            else ""
+        )
+        raise TypeError(f"summarizer must be callable, not {type(summarizer).__name__}{hint}")
     if summarizer is not None:
         check_summary_room(max_tokens, threshold)
     found: Summarizer | None = summarizer
