@@ -153,8 +153,8 @@ class Facts(StoragePart):
                 ``correction`` or ``relationship``.
             confidence: 0.0–1.0.
             overwrite: Whether a different value replaces a held one.
-            dedupe: ``None`` (off), or 0.0–1.0: how close in meaning a held value must be
-                to be confirmed instead.
+            dedupe: ``None`` (off), or above 0.0 up to 1.0: how close in meaning a held
+                value must be to be confirmed instead.
 
         Returns:
             A :class:`~memlane.longterm.model.RememberResult`.
@@ -162,8 +162,8 @@ class Facts(StoragePart):
         Raises:
             TypeError: A wrongly typed argument, or ``value`` not plain JSON; the message
                 names the argument. Nothing is written.
-            ValueError: An unknown ``scope`` or ``fact_type``, ``confidence`` or ``dedupe``
-                outside 0.0–1.0, an empty key, a missing (or, for ``global``, given)
+            ValueError: An unknown ``scope`` or ``fact_type``, ``confidence`` outside
+                0.0–1.0, ``dedupe`` outside (0.0, 1.0], an empty key, a missing (or, for ``global``, given)
                 ``scope_id``, or ``dedupe`` without an embedder (names ``embedder``).
                 Nothing is written.
         """
@@ -176,6 +176,13 @@ class Facts(StoragePart):
             raise TypeError(f"overwrite must be bool, not {type(overwrite).__name__}")
         if dedupe is not None:
             dedupe = check_fraction(dedupe, "dedupe")
+            if dedupe == 0.0:
+                # Every cosine of unit vectors of texts is at least about 0, so a zero
+                # threshold would confirm an unrelated fact and drop the value given.
+                raise ValueError(
+                    "dedupe must be above 0.0 (e.g. 0.92): 0.0 would take any fact of the "
+                    "scope for the same one; pass None to turn it off"
+                )
             if self._storage.embedder is None:
                 raise ValueError("dedupe needs an embedder: pass embedder= to the memory")
             same = yield from near_duplicate_plan(
