@@ -398,10 +398,10 @@ class TestASearchReadsOnlyWhatChanged:
         store.close()
 
     def test_the_process_keeps_few_mirrors(self) -> None:
-        first = sqlite_mirror.mirror_for("kept-test", "e0", MODEL, 2)
+        first = sqlite_mirror.mirror_for("kept-test-0", MODEL, 2)
         for i in range(1, sqlite_mirror.KEPT_MIRRORS + 1):
-            sqlite_mirror.mirror_for("kept-test", f"e{i}", MODEL, 2)
-        assert sqlite_mirror.mirror_for("kept-test", "e0", MODEL, 2) is not first
+            sqlite_mirror.mirror_for(f"kept-test-{i}", MODEL, 2)
+        assert sqlite_mirror.mirror_for("kept-test-0", MODEL, 2) is not first
 
 
 class TestTheTwinsPlainMirror:

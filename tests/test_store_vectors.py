@@ -475,7 +475,6 @@ DROP TRIGGER memory_vectors_update;
 DROP TRIGGER memory_vector_changes_entry;
 DROP TABLE memory_vectors;
 DROP TABLE memory_vector_changes;
-DROP TABLE memory_vector_epoch;
 """
 
 

@@ -16,9 +16,10 @@ Invariants:
   the search and the rows fetched afterwards all see one snapshot.
 * The log is pruned from its old end. A mirror whose position fell out of it, or lies past
   its end (another snapshot, or a file restored from a copy), is rebuilt from the table.
-* Mirrors are shared by every connection of the process to one file, keyed by the file's
-  path and the random epoch the schema wrote into it (a file recreated at the same path, or
-  an in-memory database, has its own); the process keeps the few used last.
+* A mirror belongs to one connection, named by the random id the connection keeps in its
+  temporary schema (``MIRROR_ID``): a connection reads one file for its whole life, so a
+  file made again at the same path, or another in-memory database, never meets an old
+  mirror. The process keeps the few used last.
 """
 
 from __future__ import annotations
@@ -37,14 +38,14 @@ KEPT_MIRRORS = 4
 """How many mirrors the process keeps (the least recently searched goes first): each holds
 its file's vectors, about as much memory as they take in the file."""
 
-_mirrors: OrderedDict[tuple[str, str, str, int], Mirror] = OrderedDict()
+_mirrors: OrderedDict[tuple[str, str, int], Mirror] = OrderedDict()
 _mirrors_lock = threading.Lock()
 
 
-def mirror_for(path: str, epoch: str, model: str, dims: int) -> Mirror:
-    """The process's mirror of ``model``'s ``dims``-dimensional vectors in the file at ``path``
-    with ``epoch``, made empty if the process has none."""
-    key = (path, epoch, model, dims)
+def mirror_for(connection: str, model: str, dims: int) -> Mirror:
+    """The mirror of ``model``'s ``dims``-dimensional vectors for the connection named
+    ``connection``, made empty if the process has none."""
+    key = (connection, model, dims)
     with _mirrors_lock:
         mirror = _mirrors.get(key)
         if mirror is None:

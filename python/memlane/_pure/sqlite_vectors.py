@@ -62,8 +62,6 @@ CREATE TABLE memory_vector_changes (
     gen INTEGER PRIMARY KEY AUTOINCREMENT,
     seq INTEGER NOT NULL
 );
-CREATE TABLE memory_vector_epoch (epoch TEXT NOT NULL);
-INSERT INTO memory_vector_epoch (epoch) VALUES (lower(hex(randomblob(16))));
 CREATE TRIGGER memory_vector_changes_insert AFTER INSERT ON memory_vectors
 BEGIN
     INSERT INTO memory_vector_changes (seq) VALUES (new.seq);
@@ -90,8 +88,8 @@ BEGIN
     DELETE FROM memory_vector_changes WHERE gen <= new.gen - 65536;
 END;
 """
-"""The vectors table, the triggers that keep it in step, and the change log (with the
-file's random epoch) that in-process mirrors follow, created once per file."""
+"""The vectors table, the triggers that keep it in step, and the change log that in-process
+mirrors follow, created once per file."""
 
 READ_ONLY_VECTORS = """CREATE TEMP TABLE memory_vectors (
     seq INTEGER PRIMARY KEY, model TEXT, dims INTEGER, digest TEXT, vector BLOB
@@ -130,17 +128,26 @@ FROM memory_entries WHERE seq = ?
 """
 
 HAS_CHANGES = """
-SELECT count(*) FROM sqlite_master
-WHERE type = 'table' AND name IN ('memory_vector_changes', 'memory_vector_epoch')
+SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'memory_vector_changes'
 """
-"""2 when the file has the change log a mirror follows (a file given vectors before the log
+"""1 when the file has the change log a mirror follows (a file given vectors before the log
 existed has not: it is scanned)."""
 
-CHANGES_STATE = """
-SELECT (SELECT epoch FROM memory_vector_epoch), (SELECT min(gen) FROM memory_vector_changes),
-    (SELECT max(gen) FROM memory_vector_changes)
+MIRROR_ID = """
+CREATE TEMP TABLE IF NOT EXISTS memory_vector_mirror AS SELECT lower(hex(randomblob(16))) AS id
 """
-"""The file's epoch and the first and last positions of its change log."""
+"""Names the connection's mirror: a random id in the connection's own temporary schema (never
+the file), so a new connection, even to a file made again at the same path or to another
+in-memory database, never takes an old connection's mirror."""
+
+MIRROR_ID_READ = """
+SELECT id FROM temp.memory_vector_mirror
+"""
+
+CHANGES_STATE = """
+SELECT (SELECT min(gen) FROM memory_vector_changes), (SELECT max(gen) FROM memory_vector_changes)
+"""
+"""The first and last positions of the file's change log."""
 
 MIRROR_LOAD = """
 SELECT v.seq, v.vector, e.namespace, e.importance, e.expires_at FROM memory_vectors AS v
@@ -244,12 +251,9 @@ def _mirrored(
 ) -> list[tuple[int, float]]:
     """(seq, score) of the best ``limit`` from the process's mirror, first brought to the
     snapshot of the caller's read transaction (see :mod:`memlane._pure.sqlite_mirror`)."""
-    epoch, first, last = conn.execute(CHANGES_STATE).fetchone()
+    first, last = conn.execute(CHANGES_STATE).fetchone()
     last = last or 0
-    path = next(
-        (file for _, name, file in conn.execute("PRAGMA database_list") if name == "main"), ""
-    )
-    mirror = mirror_for(path, epoch, model, len(query))
+    mirror = mirror_for(conn.execute(MIRROR_ID_READ).fetchone()[0], model, len(query))
     with mirror.lock:
         gen = mirror.gen
         if gen is None or last < gen or (first is not None and first > gen + 1):
@@ -272,9 +276,10 @@ def vector_search(
     ``importance >= min_importance`` and a vector of ``model`` and ``len(query)`` dims: best
     first, then importance, then the oldest; at most ``limit``. One read transaction: the
     mirror is brought to its snapshot, and the best rows are read from the same one."""
+    conn.execute(MIRROR_ID)
     conn.execute("BEGIN")
     try:
-        if conn.execute(HAS_CHANGES).fetchone()[0] == 2:
+        if conn.execute(HAS_CHANGES).fetchone()[0] == 1:
             best = _mirrored(conn, namespaces, model, query, limit, min_importance, now)
         else:
             names = json.dumps(namespaces, ensure_ascii=False)

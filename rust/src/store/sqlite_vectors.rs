@@ -25,8 +25,8 @@ use crate::vectors::{dot, Candidate, Top};
 
 pub mod mirror;
 
-/// The vectors table, its triggers and the change log mirrors follow (with the file's random
-/// epoch), created once per file (the twin's `VECTOR_SCHEMA`).
+/// The vectors table, its triggers and the change log mirrors follow, created once per file
+/// (the twin's `VECTOR_SCHEMA`).
 pub const VECTOR_SCHEMA: &str = "
 CREATE TABLE memory_vectors (
     seq INTEGER PRIMARY KEY,
@@ -50,8 +50,6 @@ CREATE TABLE memory_vector_changes (
     gen INTEGER PRIMARY KEY AUTOINCREMENT,
     seq INTEGER NOT NULL
 );
-CREATE TABLE memory_vector_epoch (epoch TEXT NOT NULL);
-INSERT INTO memory_vector_epoch (epoch) VALUES (lower(hex(randomblob(16))));
 CREATE TRIGGER memory_vector_changes_insert AFTER INSERT ON memory_vectors
 BEGIN
     INSERT INTO memory_vector_changes (seq) VALUES (new.seq);
@@ -116,17 +114,27 @@ SELECT entry_id, scope, key, content, metadata, created_at, expires_at, importan
 FROM memory_entries WHERE seq = ?
 ";
 
-/// 2 when the file has the change log a mirror follows (a file given vectors before the log
+/// 1 when the file has the change log a mirror follows (a file given vectors before the log
 /// existed has not: it is scanned).
 pub const HAS_CHANGES: &str = "
-SELECT count(*) FROM sqlite_master
-WHERE type = 'table' AND name IN ('memory_vector_changes', 'memory_vector_epoch')
+SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'memory_vector_changes'
 ";
 
-/// The file's epoch and the first and last positions of its change log.
+/// Names the connection's mirror: a random id in the connection's own temporary schema
+/// (never the file), so a new connection, even to a file made again at the same path or to
+/// another in-memory database, never takes an old connection's mirror.
+pub const MIRROR_ID: &str = "
+CREATE TEMP TABLE IF NOT EXISTS memory_vector_mirror AS SELECT lower(hex(randomblob(16))) AS id
+";
+
+/// Reads the connection's mirror id.
+pub const MIRROR_ID_READ: &str = "
+SELECT id FROM temp.memory_vector_mirror
+";
+
+/// The first and last positions of the file's change log.
 pub const CHANGES_STATE: &str = "
-SELECT (SELECT epoch FROM memory_vector_epoch), (SELECT min(gen) FROM memory_vector_changes),
-    (SELECT max(gen) FROM memory_vector_changes)
+SELECT (SELECT min(gen) FROM memory_vector_changes), (SELECT max(gen) FROM memory_vector_changes)
 ";
 
 /// Every vector of a model and dimensions, with its entry's filters: model, dims.
@@ -280,12 +288,15 @@ fn mirrored(
     min_importance: f64,
     now: f64,
 ) -> rusqlite::Result<Vec<(i64, f64)>> {
-    let (epoch, first, last): (String, Option<i64>, Option<i64>) = conn
+    let (first, last): (Option<i64>, Option<i64>) = conn
         .prepare_cached(CHANGES_STATE)?
-        .query_row([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))?;
+        .query_row([], |row| Ok((row.get(0)?, row.get(1)?)))?;
     let last = last.unwrap_or(0);
     let dims = i64::try_from(query.len()).unwrap_or(i64::MAX);
-    let shared = mirror::mirror_for(conn.path().unwrap_or(""), &epoch, model, query.len());
+    let id: String = conn
+        .prepare_cached(MIRROR_ID_READ)?
+        .query_row([], |row| row.get(0))?;
+    let shared = mirror::mirror_for(&id, model, query.len());
     // Every change is completed before the lock is released, or the mirror is reloaded: a
     // panic inside cannot leave it half-applied at a position it claims.
     let mut mirror = shared.lock().unwrap_or_else(PoisonError::into_inner);
@@ -324,12 +335,13 @@ pub fn vector_search(
     min_importance: f64,
     now: f64,
 ) -> rusqlite::Result<Vec<(Row, f64)>> {
+    conn.execute_batch(MIRROR_ID)?;
     conn.execute_batch("BEGIN")?;
     let found = (|| {
         let logged: i64 = conn
             .prepare_cached(HAS_CHANGES)?
             .query_row([], |row| row.get(0))?;
-        let best = if logged == 2 {
+        let best = if logged == 1 {
             mirrored(conn, namespaces, model, query, limit, min_importance, now)?
         } else {
             scan(conn, namespaces, model, query, limit, min_importance, now)?
@@ -384,6 +396,8 @@ mod tests {
     fn the_mirrors_sql_is_the_twins() {
         for (name, sql) in [
             ("HAS_CHANGES", HAS_CHANGES),
+            ("MIRROR_ID", MIRROR_ID),
+            ("MIRROR_ID_READ", MIRROR_ID_READ),
             ("CHANGES_STATE", CHANGES_STATE),
             ("MIRROR_LOAD", MIRROR_LOAD),
             ("MIRROR_CHANGES", MIRROR_CHANGES),

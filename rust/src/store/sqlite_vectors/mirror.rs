@@ -23,9 +23,10 @@
 //!   `Quantized::bound`), so only rows whose upper bound reaches the `limit`-th best lower
 //!   bound can be among the best, and only those are scored exactly, in f32, as the scan
 //!   scores them. Results are therefore exactly the scan's.
-//! * Mirrors are shared by the process's connections to one file, keyed by its path and the
-//!   random epoch the schema wrote into it (a file recreated at the same path, or an
-//!   in-memory database, has its own); the process keeps the few used last.
+//! * A mirror belongs to one connection, named by the random id the connection keeps in its
+//!   temporary schema (`MIRROR_ID`): a connection reads one file for its whole life, so a file
+//!   made again at the same path, or another in-memory database, never meets an old mirror.
+//!   The process keeps the few used last.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
@@ -36,16 +37,16 @@ use crate::vectors::{dot, Candidate, Top};
 /// How many mirrors the process keeps (the twin's `KEPT_MIRRORS`).
 pub const KEPT_MIRRORS: usize = 4;
 
-/// (path, epoch, model, dims).
-type Key = (String, String, String, usize);
+/// (connection id, model, dims).
+type Key = (String, String, usize);
 
 /// Most recently used last.
 static MIRRORS: Mutex<Vec<(Key, Arc<Mutex<Mirror>>)>> = Mutex::new(Vec::new());
 
-/// The process's mirror of `model`'s `dims`-dimensional vectors in the file at `path` with
-/// `epoch`, made empty if the process has none.
-pub fn mirror_for(path: &str, epoch: &str, model: &str, dims: usize) -> Arc<Mutex<Mirror>> {
-    let key = (path.to_owned(), epoch.to_owned(), model.to_owned(), dims);
+/// The mirror of `model`'s `dims`-dimensional vectors for the connection named `connection`,
+/// made empty if the process has none.
+pub fn mirror_for(connection: &str, model: &str, dims: usize) -> Arc<Mutex<Mirror>> {
+    let key = (connection.to_owned(), model.to_owned(), dims);
     // A panic elsewhere cannot leave the list half-changed: every change is one push or remove.
     let mut mirrors = MIRRORS.lock().unwrap_or_else(PoisonError::into_inner);
     let entry = match mirrors.iter().position(|(k, _)| *k == key) {
@@ -428,9 +429,9 @@ mod tests {
 
     #[test]
     fn the_process_keeps_the_mirrors_used_last() {
-        let first = mirror_for("kept-test", "e0", "m", 2);
+        let first = mirror_for("kept-test-0", "m", 2);
         for i in 1..=KEPT_MIRRORS {
-            mirror_for("kept-test", &format!("e{i}"), "m", 2);
+            mirror_for(&format!("kept-test-{i}"), "m", 2);
         }
         // Evicted: the process no longer holds it (other tests only push more mirrors).
         assert_eq!(Arc::strong_count(&first), 1);
