@@ -135,12 +135,13 @@ class SummaryBackoff:
             summarized,
         )
         logger.warning(
-            "memlane: summarizer failed for conversation %r (model %s): %s; %d turns wait "
+            "memlane: summarizer failed for conversation %r (model %s): %s; %d %s "
             "to be summarised, next attempt in %gs",
             cid,
             summarizer_name(summarizer),
             text.splitlines()[0] if text else text,
             waiting,
+            "turn waits" if waiting == 1 else "turns wait",
             delay,
         )
 
