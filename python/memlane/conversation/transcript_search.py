@@ -434,8 +434,9 @@ def transcript_methods(
         found: TranscriptSearch | None = self._transcripts
         if found is None:
             raise ValueError(
-                f"search_transcripts needs an embedder: build the {owner} with embedder=... "
-                "(e.g. embedder='local'); turns are made searchable only then"
+                f"search_transcripts needs an embedder: build the {owner} (or the "
+                "MemoryManager holding it) with embedder=... (e.g. embedder='local'); turns "
+                "are made searchable only then"
             )
         return found
 
