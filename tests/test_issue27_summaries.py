@@ -5,6 +5,7 @@ demand, through the public names, sync and async.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import re
 from typing import Any
@@ -29,6 +30,32 @@ async def run(owner: Any, name: str, way: str, *args: Any, **kwargs: Any) -> Any
 def joined(turns: list[ConversationTurn]) -> str:
     """A plain summarizer: the prompts it folds, shortened."""
     return "summary: " + "; ".join(turn.user_prompt[:12] for turn in turns)
+
+
+class TestNames:
+    """The issue's names on the memory and the manager, each with its async twin."""
+
+    @pytest.mark.parametrize("owner", [ConversationMemory, MemoryManager])
+    def test_signatures(self, owner: type) -> None:
+        for prefix in ("", "async_"):
+            now = inspect.signature(getattr(owner, f"{prefix}summarize_now")).parameters
+            assert list(now)[1:] == ["conversation_id", "focus"]
+            assert now["focus"].kind is inspect.Parameter.KEYWORD_ONLY
+            assert now["focus"].default is None
+            pin = inspect.signature(getattr(owner, f"{prefix}pin_turn")).parameters
+            assert list(pin)[1:] == ["conversation_id", "turn_id"]
+            status = inspect.signature(getattr(owner, f"{prefix}summary_status")).parameters
+            assert list(status)[1:] == ["conversation_id"]
+            add = inspect.signature(getattr(owner, f"{prefix}add_turn")).parameters
+            assert add["pinned"].default is False
+            assert add["pinned"].kind is inspect.Parameter.KEYWORD_ONLY
+
+    def test_status_fields(self) -> None:
+        status = ConversationMemory(max_tokens=100, summarizer=joined)
+        status.add_turn("c", "hello", "hi")
+        fields = status.summary_status("c")
+        for name in ("state", "failing_since", "last_error"):
+            assert hasattr(fields, name)
 
 
 class TestThresholds:
