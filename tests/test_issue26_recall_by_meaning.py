@@ -19,6 +19,8 @@ from memlane import ConversationMemory, LongTermMemory, MemoryManager, SQLiteSto
 from memlane.config import MemlaneSettings
 from memlane.embeddings import local_embedding_model
 from memlane.stores import InMemoryStore
+from memlane.strategies import KnowledgeBases, SummarizerStrategy
+from summary_models import SummaryModel
 
 MODES = ["sync", "async"]
 
@@ -381,6 +383,40 @@ class TestReadOnlyStores:
             hits = memory.search("coffee", user_id="ada")
             assert [fact.key for fact in hits] == ["coffee"]
             memory.flush()
+        finally:
+            reader.close()
+        assert path.read_bytes() == before
+
+    def test_knowledge_for_leaves_the_file_as_it_was(
+        self, local: EmbeddingModel, impl: _backend.Implementation, tmp_path: Path
+    ) -> None:
+        model = SummaryModel("text", ["Ada drinks her coffee black, with no sugar."])
+        strategy = SummarizerStrategy(
+            interaction_threshold_qty=3,
+            interaction_keep=1,
+            cod_max_loops=1,
+            knowledge_base=KnowledgeBases(collection_id="kb", top_k=1),
+            model=model.model,
+        )
+        path = tmp_path / "m.sqlite3"
+        writer = SQLiteStore(path)
+        try:
+            # Summaries folded without an embedder: no chunk has a vector yet.
+            memory = ConversationMemory(long_term=strategy, store=writer)
+            for i in range(4):
+                memory.add_turn("c", f"point {i}", f"noted {i}")
+            assert memory.get_summary("c") is not None
+            memory.close()
+        finally:
+            writer.close()
+        before = path.read_bytes()
+        reader = SQLiteStore(path, read_only=True)
+        try:
+            memory = ConversationMemory(long_term=strategy, store=reader, embedder=local)
+            found = memory.knowledge_for("c", "coffee sugar")
+            assert found is not None
+            assert "Ada drinks her coffee black" in found
+            memory.close()
         finally:
             reader.close()
         assert path.read_bytes() == before

@@ -142,7 +142,8 @@ def knowledge_plan(
     block of text (``None``: no summarizer strategy, nothing to search, or nothing found).
 
     With an ``embedder`` the chunks are found by meaning as well as by words (hybrid search),
-    after the chunks without a vector of its model are embedded (:func:`catch_up_plan`).
+    after the chunks without a vector of its model are embedded (:func:`catch_up_plan`),
+    unless the store was opened read-only: a search never writes.
     """
     if strategy is None:
         return None
@@ -158,6 +159,9 @@ def knowledge_plan(
 
     where = knowledge_namespace(base.collection_id)
     model = embedder_id(embedder)
-    yield from catch_up_plan(store, embedder, model, where)
+    if getattr(store, "read_only", False) is not True:
+        # A search only reads: on a store opened read-only the chunks without a vector are
+        # found by their words alone, as they would be before any catch-up.
+        yield from catch_up_plan(store, embedder, model, where)
     found = yield from hybrid_plan(store, embedder, model, [where], prompt, max(base.top_k, 50))
     return knowledge_text(found[: base.top_k])
