@@ -251,6 +251,53 @@ class RenamedModel(EmbeddingModel):
         return await self._inner.embed(inputs, input_type=input_type, settings=settings)
 
 
+class CountingModel(EmbeddingModel):
+    """The local model, counting the texts it is asked to embed, by input type."""
+
+    def __init__(self, inner: EmbeddingModel) -> None:
+        super().__init__()
+        self._inner = inner
+        self.texts: dict[str, int] = {}
+
+    @property
+    def model_name(self) -> str:
+        return self._inner.model_name
+
+    @property
+    def system(self) -> str:
+        return self._inner.system
+
+    async def embed(self, inputs: Any, *, input_type: Any, settings: Any = None) -> Any:
+        count = 1 if isinstance(inputs, str) else len(inputs)
+        self.texts[input_type] = self.texts.get(input_type, 0) + count
+        return await self._inner.embed(inputs, input_type=input_type, settings=settings)
+
+
+class TestReopening:
+    def test_the_same_model_embeds_nothing_but_queries(
+        self, local: EmbeddingModel, tmp_path: Path
+    ) -> None:
+        path = tmp_path / "m.sqlite3"
+        first = CountingModel(local)
+        store = SQLiteStore(path)
+        try:
+            facts_memory(first, store)
+        finally:
+            store.close()
+        assert first.texts == {"document": 4}
+        again = CountingModel(local)
+        store = SQLiteStore(path)
+        try:
+            memory = LongTermMemory(store, embedder=again)
+            memory.flush()
+            assert memory.reembed() == 0
+            hits = memory.search(QUESTION, user_id="ada", limit=1)
+            assert [fact.key for fact in hits] == ["coffee"]
+        finally:
+            store.close()
+        assert again.texts == {"query": 1}
+
+
 class TestDedupe:
     def test_confirms_a_value_that_means_the_same(self, local: EmbeddingModel) -> None:
         memory = LongTermMemory(InMemoryStore(), embedder=local)
