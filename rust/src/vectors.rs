@@ -21,6 +21,18 @@
 //! * Namespaces are interned to small numbers, so the per-row namespace test of a search is an
 //!   integer comparison, not a string hash; the interning table only grows (namespace names
 //!   are few).
+//! * Besides its floats, each row keeps an int8 copy (`codes`) with its scale, the norm of the
+//!   copy and a bound of its error (`Quantized`). A search first scores the int8 copies (a
+//!   quarter of the memory to read, integer products) and scores exactly, in f32, only the
+//!   rows whose error-bounded estimate can reach the `limit`-th best lower bound: the rows it
+//!   skips provably score below the answer's last, so the answer is the full scan's (the twin
+//!   scans everything and agrees). A 100,000 x 256 group is 100 MB of floats; its codes are
+//!   25 MB. On this machine's baseline x86-64 target (no SSE4.1, so no 32-bit SIMD multiply)
+//!   the int8 pass is compute-bound and about 10% faster than the f32 scan; targets with wider
+//!   integer SIMD gain more.
+//! * A row's filter fields (namespace, importance, expiry, sequence number, quantisation) sit
+//!   in a compact `Hot` array beside the codes, so the pre-scan reads no `Row` (ids, digests,
+//!   payloads) at all.
 //!
 //! Scores are computed in f32 over eight independent lanes (what lets the compiler use SIMD
 //! registers), then widened: they equal the twin's to float32 rounding, and exactly when the
@@ -29,7 +41,7 @@
 //! Every operation that removes or replaces payloads hands them back, so the caller chooses
 //! where they are dropped (the Python glue drops them after releasing its lock).
 
-use std::cmp::Ordering;
+use std::cmp::{Ordering, Reverse};
 use std::collections::{BinaryHeap, HashMap};
 use std::hash::Hash;
 
@@ -58,6 +70,162 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
         lanes[3] + lanes[7],
     ];
     (quads[0] + quads[2]) + (quads[1] + quads[3]) + tail
+}
+
+/// A vector's int8 copy: `codes[i] * scale` approximates `floats[i]`; `error` bounds the
+/// norm of the difference and `norm` is the copy's own norm (both rounded up).
+#[derive(Debug)]
+pub struct Quantized {
+    pub codes: Vec<i8>,
+    pub scale: f64,
+    pub error: f64,
+    pub norm: f64,
+}
+
+impl Quantized {
+    /// The copy of `floats`, scaled so its largest magnitude maps to 127.
+    pub fn new(floats: &[f32]) -> Self {
+        let top = floats
+            .iter()
+            .fold(0.0f64, |m, &f| m.max(f64::from(f).abs()));
+        let scale = if top > 0.0 { top / 127.0 } else { 1.0 };
+        let mut codes = Vec::with_capacity(floats.len());
+        let (mut error, mut norm) = (0.0f64, 0.0f64);
+        for &f in floats {
+            // |f| / scale <= 127 by construction: the cast never saturates.
+            #[allow(clippy::cast_possible_truncation)]
+            let code = (f64::from(f) / scale).round().clamp(-127.0, 127.0) as i8;
+            let decoded = f64::from(code) * scale;
+            error += (f64::from(f) - decoded).powi(2);
+            norm += decoded * decoded;
+            codes.push(code);
+        }
+        Self {
+            codes,
+            scale,
+            error: error.sqrt() * (1.0 + 1e-9) + 1e-12,
+            norm: norm.sqrt() * (1.0 + 1e-9),
+        }
+    }
+
+    /// How far the f32 dot product of a row x with this query q can lie from the int8
+    /// estimate, with x̂, q̂ the decoded copies and e_x = x - x̂, e_q = q - q̂:
+    /// x·q - x̂·q̂ = e_x·q + x̂·e_q, so |x·q - x̂·q̂| <= |e_x| |q| + |x̂| |e_q| (Cauchy-Schwarz).
+    /// The last terms cover the f32 rounding of the exact score (at most about
+    /// dims * 2^-24 * |x| |q|) and of the f64 estimate.
+    pub fn bound(&self, error: f64, norm: f64, query_norm: f64, dims: usize) -> f64 {
+        #[allow(clippy::cast_precision_loss)] // dims is small
+        let rounding = (dims as f64 + 8.0) * f64::from(f32::EPSILON);
+        error * query_norm + norm * self.error + rounding * (norm + error) * query_norm + 1e-9
+    }
+}
+
+/// The exact integer dot product of two int8 slices of equal length.
+///
+/// Blocks of 2^20: in a block each of the 32 lanes adds at most 2^15 products of at most
+/// 127^2 < 2^14, so i32 lanes are exact, and are widened to i64 before they are added. A
+/// vector of any realistic length is one block.
+pub fn int_dot(a: &[i8], b: &[i8]) -> i64 {
+    debug_assert_eq!(a.len(), b.len());
+    a.chunks(1 << 20)
+        .zip(b.chunks(1 << 20))
+        .map(|(block_a, block_b)| block_dot(block_a, block_b))
+        .sum()
+}
+
+/// One block of `int_dot`, in 32 independent i32 lanes: the shape the compiler vectorises (an
+/// iterator `sum` of the same products was several times slower here).
+#[inline]
+fn block_dot(a: &[i8], b: &[i8]) -> i64 {
+    let mut lanes = [0i32; 32];
+    let mut chunks_a = a.chunks_exact(32);
+    let mut chunks_b = b.chunks_exact(32);
+    for (ca, cb) in (&mut chunks_a).zip(&mut chunks_b) {
+        for i in 0..32 {
+            lanes[i] += i32::from(ca[i]) * i32::from(cb[i]);
+        }
+    }
+    let tail: i64 = chunks_a
+        .remainder()
+        .iter()
+        .zip(chunks_b.remainder())
+        .map(|(&x, &y)| i64::from(x) * i64::from(y))
+        .sum();
+    lanes.iter().map(|&lane| i64::from(lane)).sum::<i64>() + tail
+}
+
+/// Pass 1 of a search, over the int8 copies of one group's rows.
+struct Prescan<'a> {
+    hot: &'a [Hot],
+    codes: &'a [i8],
+    query: &'a Quantized,
+    query_norm: f64,
+    dims: usize,
+    wanted: &'a [u32],
+    limit: usize,
+    min_importance: f64,
+    now: f64,
+}
+
+impl Prescan<'_> {
+    /// The rows that may be in the answer, with the upper bounds of their scores, and the
+    /// floor: the `limit`-th best lower bound. A row whose upper bound is below the floor
+    /// scores below at least `limit` rows, so it cannot be in the answer.
+    fn run(&self) -> (Vec<(usize, f64)>, f64) {
+        // The `limit` best lower bounds so far (a min-heap).
+        let mut lows: BinaryHeap<Reverse<Ordered>> =
+            BinaryHeap::with_capacity(self.limit.min(4096) + 1);
+        let mut floor = f64::NEG_INFINITY;
+        let mut maybe: Vec<(usize, f64)> = Vec::new();
+        let q = self.query;
+        for (at, (hot, codes)) in self
+            .hot
+            .iter()
+            .zip(self.codes.chunks_exact(self.dims))
+            .enumerate()
+        {
+            if hot.importance < self.min_importance
+                || !self.wanted.contains(&hot.namespace)
+                || !live(hot.expires_at, self.now)
+            {
+                continue;
+            }
+            #[allow(clippy::cast_precision_loss)] // |sum| <= dims * 127^2 < 2^53: exact
+            let estimate = int_dot(codes, &q.codes) as f64 * hot.scale * q.scale;
+            let bound = q.bound(hot.error, hot.norm, self.query_norm, self.dims);
+            let upper = estimate + bound;
+            if upper < floor {
+                continue;
+            }
+            maybe.push((at, upper));
+            lows.push(Reverse(Ordered(estimate - bound)));
+            if lows.len() > self.limit {
+                lows.pop();
+            }
+            if lows.len() == self.limit {
+                floor = lows.peek().map_or(floor, |low| low.0 .0);
+            }
+        }
+        (maybe, floor)
+    }
+}
+
+/// An f64 ordered totally, for the heap of lower bounds.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Ordered(f64);
+
+impl Eq for Ordered {}
+
+impl PartialOrd for Ordered {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Ordered {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.0.total_cmp(&other.0)
+    }
 }
 
 /// A hit before its payload is looked up: score, importance, sequence number, row.
@@ -158,12 +326,21 @@ impl Top {
 #[derive(Debug)]
 struct Row<K, T> {
     entry_id: K,
-    namespace: u32,
     digest: String,
+    payload: T,
+}
+
+/// What a search reads of each row besides its vector.
+#[derive(Debug, Clone, Copy)]
+struct Hot {
+    namespace: u32,
     importance: f64,
     expires_at: Option<f64>,
     seq: u64,
-    payload: T,
+    /// The int8 copy's scale, error bound and norm (see `Quantized`).
+    scale: f64,
+    error: f64,
+    norm: f64,
 }
 
 #[derive(Debug)]
@@ -171,6 +348,8 @@ struct Group<K, T> {
     model: String,
     dims: usize,
     data: Vec<f32>,
+    codes: Vec<i8>,
+    hot: Vec<Hot>,
     rows: Vec<Row<K, T>>,
 }
 
@@ -240,27 +419,34 @@ impl<T, K: Hash + Eq + Clone> VectorIndex<T, K> {
             model: model.to_owned(),
             dims,
             data: Vec::new(),
+            codes: Vec::new(),
+            hot: Vec::new(),
             rows: Vec::new(),
         });
         self.group_ids.insert((model.to_owned(), dims), id);
         id
     }
 
-    /// Removes the row at `(group, row)`, moving the group's last row into its place.
-    fn take(&mut self, group: usize, row: usize) -> Row<K, T> {
+    /// Removes the row at `(group, row)`, moving the group's last row into its place; the
+    /// row and its filter fields.
+    fn take(&mut self, group: usize, row: usize) -> (Row<K, T>, Hot) {
         let g = &mut self.groups[group];
         let dims = g.dims;
         let last = g.rows.len() - 1;
         if row != last {
             g.data
                 .copy_within(last * dims..(last + 1) * dims, row * dims);
+            g.codes
+                .copy_within(last * dims..(last + 1) * dims, row * dims);
             let moved = &g.rows[last].entry_id;
             *self.slots.get_mut(moved).expect("every row has a slot") = (group, row);
         }
         g.data.truncate(last * dims);
+        g.codes.truncate(last * dims);
         let taken = g.rows.swap_remove(row);
+        let hot = g.hot.swap_remove(row);
         self.slots.remove(&taken.entry_id);
-        taken
+        (taken, hot)
     }
 
     /// Attaches `vector` of `model` to `entry_id`, replacing any vector it had; the payload
@@ -279,26 +465,33 @@ impl<T, K: Hash + Eq + Clone> VectorIndex<T, K> {
             .copied()
             .map(|(g, r)| self.take(g, r));
         let seq = match &old {
-            Some(row) if row.namespace == namespace => row.seq,
+            Some((_, hot)) if hot.namespace == namespace => hot.seq,
             _ => {
                 self.next_seq += 1;
                 self.next_seq
             }
         };
         let group = self.group_id(model, vector.len());
+        let copy = Quantized::new(vector);
         let g = &mut self.groups[group];
         g.data.extend_from_slice(vector);
-        g.rows.push(Row {
-            entry_id: entry_id.clone(),
+        g.codes.extend_from_slice(&copy.codes);
+        g.hot.push(Hot {
             namespace,
-            digest: meta.digest,
             importance: meta.importance,
             expires_at: meta.expires_at,
             seq,
+            scale: copy.scale,
+            error: copy.error,
+            norm: copy.norm,
+        });
+        g.rows.push(Row {
+            entry_id: entry_id.clone(),
+            digest: meta.digest,
             payload: meta.payload,
         });
         self.slots.insert(entry_id, (group, g.rows.len() - 1));
-        old.map(|row| row.payload)
+        old.map(|(row, _)| row.payload)
     }
 
     /// After the entry was saved again: keeps its vector, with the new importance, expiry and
@@ -310,30 +503,31 @@ impl<T, K: Hash + Eq + Clone> VectorIndex<T, K> {
             return Err(meta.payload);
         };
         let same_namespace = self.namespaces.get(&meta.namespace).copied();
-        let r = &mut self.groups[group].rows[row];
-        if same_namespace == Some(r.namespace) && r.digest == meta.digest {
-            r.importance = meta.importance;
-            r.expires_at = meta.expires_at;
+        let g = &mut self.groups[group];
+        let (r, hot) = (&mut g.rows[row], &mut g.hot[row]);
+        if same_namespace == Some(hot.namespace) && r.digest == meta.digest {
+            hot.importance = meta.importance;
+            hot.expires_at = meta.expires_at;
             return Ok((std::mem::replace(&mut r.payload, meta.payload), true));
         }
-        Ok((self.take(group, row).payload, false))
+        Ok((self.take(group, row).0.payload, false))
     }
 
     /// Drops the vector of `entry_id`; its payload, if it had one.
     pub fn remove(&mut self, entry_id: &K) -> Option<T> {
         let (group, row) = self.slots.get(entry_id).copied()?;
-        Some(self.take(group, row).payload)
+        Some(self.take(group, row).0.payload)
     }
 
     /// Removes every row `drop` selects; their payloads.
-    fn remove_where(&mut self, drop: impl Fn(&Row<K, T>) -> bool) -> Vec<T> {
+    fn remove_where(&mut self, drop: impl Fn(&Hot) -> bool) -> Vec<T> {
         let mut removed = Vec::new();
         for group in 0..self.groups.len() {
             let mut row = 0;
             while row < self.groups[group].rows.len() {
-                if drop(&self.groups[group].rows[row]) {
+                if drop(&self.groups[group].hot[row]) {
                     // The last row moved into `row`: look at it next.
-                    removed.push(self.take(group, row).payload);
+                    removed.push(self.take(group, row).0.payload);
                 } else {
                     row += 1;
                 }
@@ -383,20 +577,43 @@ impl<T, K: Hash + Eq + Clone> VectorIndex<T, K> {
         if wanted.is_empty() || query.is_empty() {
             return Vec::new();
         }
+        if limit == 0 {
+            return Vec::new();
+        }
         let g = &self.groups[group];
+        let dims = g.dims;
+        let q = Quantized::new(query);
+        let query_norm = query
+            .iter()
+            .map(|&f| f64::from(f) * f64::from(f))
+            .sum::<f64>()
+            .sqrt()
+            * (1.0 + 1e-9);
+        let prescan = Prescan {
+            hot: &g.hot,
+            codes: &g.codes,
+            query: &q,
+            query_norm,
+            dims,
+            wanted: &wanted,
+            limit,
+            min_importance,
+            now,
+        };
+        let (maybe, floor) = prescan.run();
+        // Pass 2: the exact f32 scores of the rows that can still reach the answer.
         let mut top = Top::new(limit);
-        for (i, (row, floats)) in g.rows.iter().zip(g.data.chunks_exact(g.dims)).enumerate() {
-            if row.importance >= min_importance
-                && wanted.contains(&row.namespace)
-                && live(row.expires_at, now)
-            {
-                top.offer(Candidate {
-                    score: f64::from(dot(floats, query)),
-                    importance: row.importance,
-                    seq: row.seq,
-                    row: i,
-                });
+        for (at, upper) in maybe {
+            if upper < floor {
+                continue;
             }
+            let hot = &g.hot[at];
+            top.offer(Candidate {
+                score: f64::from(dot(&g.data[at * dims..(at + 1) * dims], query)),
+                importance: hot.importance,
+                seq: hot.seq,
+                row: at,
+            });
         }
         top.into_best_first()
             .into_iter()
@@ -523,5 +740,123 @@ mod tests {
         assert_eq!(index.clear(&"y".to_owned()), [3]);
         assert_eq!(index.len(), 1);
         assert_eq!(index.model_of(&"a".to_owned()), Some("m"));
+    }
+
+    /// A deterministic stream of fractions in [-1, 1) (splitmix64).
+    struct Stream(u64);
+
+    impl Stream {
+        fn next(&mut self) -> f32 {
+            self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut z = self.0;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            z ^= z >> 31;
+            #[allow(clippy::cast_precision_loss)] // a fraction in [-1, 1) is all we need
+            let unit = (z >> 11) as f32 / (1u64 << 52) as f32 - 1.0;
+            unit
+        }
+
+        fn vector(&mut self, dims: usize) -> Vec<f32> {
+            let v: Vec<f32> = (0..dims).map(|_| self.next()).collect();
+            let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+            v.iter().map(|x| x / norm).collect()
+        }
+    }
+
+    #[test]
+    fn the_int8_pass_keeps_exactly_the_full_scans_answer() {
+        for (round, dims) in [(1u64, 256usize), (2, 7), (3, 64), (4, 1)] {
+            let mut stream = Stream(round);
+            // Clustered rows (small perturbations of a few centres), exact duplicates for
+            // ties, and rows in another namespace, expired or unimportant: the cases where a
+            // bound too tight would drop a row of the answer.
+            let centres: Vec<Vec<f32>> = (0..3).map(|_| stream.vector(dims)).collect();
+            let mut index = VectorIndex::new();
+            let mut kept: Vec<(u32, Vec<f32>, f64)> = Vec::new();
+            for i in 0..600u32 {
+                let base = &centres[i as usize % 3];
+                let noise = stream.vector(dims);
+                let v: Vec<f32> = if i % 7 == 0 {
+                    base.clone()
+                } else {
+                    base.iter().zip(&noise).map(|(b, n)| b + 0.05 * n).collect()
+                };
+                let namespace = if i % 11 == 0 { "b" } else { "a" };
+                let importance = f64::from(i % 4) / 4.0;
+                let mut m = meta(namespace, "d", importance, i);
+                m.expires_at = (i % 13 == 0).then_some(5.0);
+                index.upsert(format!("e{i}"), "m", &v, m);
+                if namespace == "a" && importance >= 0.25 && i % 13 != 0 {
+                    kept.push((i, v, importance));
+                }
+            }
+            let a = ["a".to_owned()];
+            for limit in [1usize, 3, 10, 50] {
+                for _ in 0..20 {
+                    let query = if stream.next() > 0.5 {
+                        centres[0].clone()
+                    } else {
+                        stream.vector(dims)
+                    };
+                    // The full scan: every kept row scored exactly, in insertion order.
+                    let mut top = Top::new(limit);
+                    for (at, (_, v, importance)) in kept.iter().enumerate() {
+                        top.offer(Candidate {
+                            score: f64::from(dot(v, &query)),
+                            importance: *importance,
+                            seq: at as u64,
+                            row: at,
+                        });
+                    }
+                    let expected: Vec<(u32, f64)> = top
+                        .into_best_first()
+                        .into_iter()
+                        .map(|c| (kept[c.row].0, c.score))
+                        .collect();
+                    let found: Vec<(u32, f64)> = index
+                        .search(&a, "m", &query, limit, 0.25, 10.0)
+                        .into_iter()
+                        .map(|(p, score)| (*p, score))
+                        .collect();
+                    assert_eq!(found, expected);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn int_dot_is_exact_across_lanes_blocks_and_tails() {
+        for len in [0usize, 1, 31, 32, 33, 4095, 4096, 4097, 9000] {
+            let a: Vec<i8> = (0..len)
+                .map(|i| if i % 3 == 0 { -127 } else { 127 })
+                .collect();
+            let b: Vec<i8> = (0..len)
+                .map(|i| if i % 5 == 0 { 127 } else { -127 })
+                .collect();
+            let plain: i64 = a
+                .iter()
+                .zip(&b)
+                .map(|(&x, &y)| i64::from(x) * i64::from(y))
+                .sum();
+            assert_eq!(int_dot(&a, &b), plain);
+            assert_eq!(int_dot(&a, &a), 127 * 127 * i64::try_from(len).unwrap());
+        }
+    }
+
+    #[test]
+    fn the_int8_copy_bounds_its_error() {
+        let mut stream = Stream(9);
+        for dims in [1usize, 5, 256] {
+            let x = stream.vector(dims);
+            let q = stream.vector(dims);
+            let (cx, cq) = (Quantized::new(&x), Quantized::new(&q));
+            #[allow(clippy::cast_precision_loss)] // small exact integers
+            let estimate = int_dot(&cx.codes, &cq.codes) as f64 * cx.scale * cq.scale;
+            let exact = f64::from(dot(&x, &q));
+            assert!((exact - estimate).abs() <= cq.bound(cx.error, cx.norm, 1.0 + 1e-6, dims));
+            // A row scored against itself: the copy is close, not equal.
+            assert!(cx.error > 0.0 || dims == 1);
+        }
     }
 }
