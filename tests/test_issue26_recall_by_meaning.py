@@ -402,6 +402,30 @@ class TestTranscripts:
         with pytest.raises(error, match=named):
             memory.search_transcripts("city", **keywords)
 
+    @pytest.mark.parametrize("way", MODES)
+    @pytest.mark.parametrize("how", ["clear", "clear_all"])
+    async def test_a_cleared_conversation_is_not_found_again(
+        self, local: EmbeddingModel, way: str, how: str, tmp_path: Path
+    ) -> None:
+        store = SQLiteStore(tmp_path / "m.sqlite3")
+        writer = ConversationMemory(store=store, embedder=local)
+        writer.add_turn("trip", "I moved to Lisbon last spring", "Nice!")
+        writer.add_turn("pets", "My cat Turing sleeps all day", "Cats do.")
+        writer.flush()
+        # Cleared by a memory without an embedder: the copies go all the same.
+        plain = ConversationMemory(store=store)
+        if how == "clear":
+            await run(plain, "clear", way, "trip")
+        else:
+            await run(plain, "clear_all", way)
+        reader = ConversationMemory(store=store, embedder=local)
+        found = reader.search_transcripts("which city does she live in now")
+        assert "trip" not in {match.conversation_id for match in found}
+        assert bool(found) is (how == "clear")
+        for memory in (writer, plain, reader):
+            memory.close()
+        store.close()
+
     def test_without_an_embedder_names_it(self) -> None:
         for owner in (ConversationMemory(), MemoryManager()):
             with pytest.raises(ValueError, match="embedder"):

@@ -53,7 +53,11 @@ from memlane.conversation.memory_options import (
     summarizer_strategy,
 )
 from memlane.conversation.rolling_summary import default_threshold
-from memlane.conversation.transcript_search import TranscriptSearch, transcript_methods
+from memlane.conversation.transcript_search import (
+    TranscriptSearch,
+    forget_copies_plan,
+    transcript_methods,
+)
 from memlane.conversation.turn_plans import (
     NewTurn,
     add_turn_now,
@@ -143,7 +147,9 @@ class ConversationMemory:
             (see :func:`~memlane.embeddings.resolve_embedder`): every committed turn is also
             kept searchable by meaning (:meth:`search_transcripts`), off the turn's path, and
             the knowledge base of a summarizer strategy is searched by meaning. The store
-            must keep vectors (every store memlane ships does).
+            must keep vectors (every store memlane ships does). The copies are what
+            :meth:`search_transcripts` reads, so they stay whatever ``retain_transcript``
+            says; clearing or forgetting a conversation removes them.
         conversation_ttl: Seconds (or a ``timedelta``) a conversation may stay idle: one
             without a new turn for that long is gone as a whole — turns, summary, transcript
             — on every store, for every host sharing it; reading it afterwards is reading an
@@ -410,8 +416,14 @@ class ConversationMemory:
         yield from self._conversations.locked(cid)
         yield from self._conversations.clear_plan(cid)
         self._summaries.backoff.forget(cid)
-        if self._transcripts is not None:  # its searchable copies go with it
-            yield from self._transcripts._forget_conversation(cid)
+        yield from self._forget_copies(cid)
+
+    def _forget_copies(self, cid: str) -> Plan[int]:
+        # Its searchable copies go with it, also when this memory has no embedder: another
+        # memory on the store may have written them.
+        if self._transcripts is not None:
+            return (yield from self._transcripts._forget_conversation(cid))
+        return (yield from forget_copies_plan(cid))
 
     clear = sync_method(_clear)
     async_clear = async_method(_clear)
@@ -427,8 +439,7 @@ class ConversationMemory:
             lock = yield from self._conversations.locked(cid)
             yield from self._conversations.clear_plan(cid)
             yield Release(lock)
-            if self._transcripts is not None:
-                yield from self._transcripts._forget_conversation(cid)
+            yield from self._forget_copies(cid)
 
     clear_all = sync_method(_clear_all)
     async_clear_all = async_method(_clear_all)

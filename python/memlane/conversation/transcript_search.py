@@ -58,6 +58,7 @@ __all__ = [
     "TranscriptMatch",
     "TranscriptSearch",
     "conversation_namespace",
+    "forget_copies_plan",
     "hybrid_plan",
     "transcript_methods",
     "user_namespace",
@@ -121,6 +122,25 @@ def hybrid_plan(
     if search_terms(query):
         keyword = yield from search_plan(store, namespaces, query, fetch, 0.0)
     return fuse(keyword, semantic, query, limit=fetch)
+
+
+def forget_copies_plan(conversation_id: str) -> Plan[int]:
+    """Removes the searchable copies of a conversation's turns and its directory entries;
+    how many turns' copies were removed.
+
+    Also what a memory without an embedder runs when it clears a conversation: copies
+    written by another memory (or an earlier run) with one must not outlive it.
+    """
+    where = conversation_namespace(conversation_id)
+    copies: list[MemoryEntry] = yield Load(where)
+    if not copies:
+        return 0
+    users = {e.content.get("user_id") for e in copies}
+    removed: int = yield Clear(where)
+    for user in (None, *users):
+        directory = ALL_CONVERSATIONS if user is None else user_namespace(user)
+        yield Delete(directory, _entry_id(directory, conversation_id))
+    return removed
 
 
 def _entry_id(where: str, key: str) -> str:
@@ -349,13 +369,7 @@ class TranscriptSearch:
         """
         cid = check_identifier(conversation_id, "conversation_id")
         yield Call(self._written, partial(asyncio.to_thread, self._written))
-        where = conversation_namespace(cid)
-        copies: list[MemoryEntry] = yield Load(where)
-        users = {e.content.get("user_id") for e in copies}
-        removed: int = yield Clear(where)
-        for user in (None, *users):
-            directory = ALL_CONVERSATIONS if user is None else user_namespace(user)
-            yield Delete(directory, _entry_id(directory, cid))
+        removed = yield from forget_copies_plan(cid)
         with self._guard:
             self._listed = {listed for listed in self._listed if listed[0] != cid}
         return removed
