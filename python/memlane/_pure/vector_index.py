@@ -6,6 +6,10 @@ another model or dimension are never compared; removal moves a group's last row 
 a vector replaced within its namespace keeps its sequence number, and ties go to importance,
 then to the oldest.
 
+The Rust index also keeps an int8 copy of each row and scores exactly only the rows whose
+error-bounded int8 score can reach the answer; that pass changes speed, never results, so this
+twin scores every row and is what the differential tests hold the Rust index to.
+
 Each group stores its rows as float32, in a numpy matrix when numpy can be imported (one
 matrix-vector product per search) and in ``array("f")`` rows otherwise; :data:`NUMPY` says
 which, and tests flip it to cover both. numpy is imported when an index is made, not with
