@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -252,22 +253,40 @@ class SqliteTable:
         The read and the write are one ``BEGIN IMMEDIATE`` transaction, which holds the
         database's write lock from the start: no other process can write between them.
         """
+        return self.save_if_many([(namespace, row, expected_version, now)])[0]
+
+    def save_if_many(self, ops: Sequence[tuple[str, Row, int | None, float]]) -> list[bool]:
+        """Several :meth:`save_if`, in order, in one transaction: each compares the holder its
+        key has after the ones before it, as if run one by one; whether each wrote. An error
+        rolls all of them back (group commit: writers waiting at one moment share a commit).
+        """
         with self._lock:
             conn = self._open()
             begin(conn)
             try:
-                found = conn.execute(
-                    f"SELECT version FROM memory_entries WHERE namespace = ? AND key = ? AND {_LIVE}",
-                    (namespace, row[2], now),
-                ).fetchone()
-                won = (None if found is None else found[0]) == expected_version
-                if won:
-                    self._upsert(conn, namespace, row)
+                won = [self._check_and_upsert(conn, *op) for op in ops]
             except BaseException:
                 conn.execute("ROLLBACK")
                 raise
             conn.execute("COMMIT")
             return won
+
+    def _check_and_upsert(
+        self,
+        conn: sqlite3.Connection,
+        namespace: str,
+        row: Row,
+        expected_version: int | None,
+        now: float,
+    ) -> bool:
+        found = conn.execute(
+            f"SELECT version FROM memory_entries WHERE namespace = ? AND key = ? AND {_LIVE}",
+            (namespace, row[2], now),
+        ).fetchone()
+        won = (None if found is None else found[0]) == expected_version
+        if won:
+            self._upsert(conn, namespace, row)
+        return bool(won)
 
     def load(self, namespace: str, now: float) -> list[Row]:
         """Unexpired rows of a namespace, in insertion order."""

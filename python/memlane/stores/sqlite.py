@@ -14,9 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from memlane import _backend
+from memlane._pure.entry_builder import Row
 from memlane._pure.store import NOT_A_STORE
 from memlane.errors import CorruptStoreError, NotAStoreError, StoreError, StorePathError
 from memlane.stores._base import LocalStore, awaitable, ensure_directory
+from memlane.stores._group_commit import GroupCommit
 from memlane.stores.protocol import (
     SearchHit,
     check_entry,
@@ -45,6 +47,9 @@ from memlane.stores.vectors import (
 from memlane.types import MemoryEntry, MemoryScope
 
 __all__ = ["SQLiteStore"]
+
+_SaveIf = tuple[str, Row, int | None, float]
+"""One save_if of the table: namespace, row, expected version, now."""
 
 # SQLite's LIMIT is a signed 64-bit integer; any larger limit means the same: no limit.
 _MAX_LIMIT = 2**63 - 1
@@ -137,7 +142,10 @@ class SQLiteStore(LocalStore):
     """An SQLite file (WAL, every operation one transaction, indexed by namespace and key).
 
     Several processes can share the file: :meth:`save_if` reads and writes in one
-    ``BEGIN IMMEDIATE`` transaction, so it is a compare-and-swap across processes too.
+    ``BEGIN IMMEDIATE`` transaction, so it is a compare-and-swap across processes too. The
+    ``save_if`` calls of several threads that wait for the file at one moment share one
+    transaction (group commit), each judged as if alone and each returning once that
+    transaction has committed; a lone writer commits at once.
     :meth:`search` ranks entries by their ``metadata["search_text"]`` from an FTS5 index that
     triggers in the file keep in step with every write; :meth:`vector_search` scores the
     vectors a ``memory_vectors`` table keeps beside the rows (triggers drop an entry's vector
@@ -187,6 +195,12 @@ class SQLiteStore(LocalStore):
         _make_parent(self.path)
         with self._errors:
             self._table = _backend.active.SqliteTable(self.path)
+        table = self._table
+        # Conditional writes of this store's threads that wait at one moment share one
+        # transaction (and its commit): see _group_commit.
+        self._group: GroupCommit[_SaveIf, bool] = GroupCommit(
+            lambda op: table.save_if(*op), table.save_if_many
+        )
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.path}>"
@@ -235,7 +249,7 @@ class SQLiteStore(LocalStore):
         row = entry_to_row(entry, next_version(expected_version))
         self._check_write()
         with self._errors:
-            return self._table.save_if(namespace, row, expected_version, now())
+            return self._group.submit((namespace, row, expected_version, now()))
 
     def load_range(self, namespace: str, start: str, stop: str) -> list[MemoryEntry]:
         """Unexpired keyed entries with ``start <= key < stop``, in key order, from the index.

@@ -185,6 +185,14 @@ impl SqliteTable {
         })
     }
 
+    fn save_if_many(
+        &self,
+        py: Python<'_>,
+        ops: Vec<(String, Row, Option<i64>, f64)>,
+    ) -> PyResult<Vec<bool>> {
+        self.run(py, |table| table.save_if_many(&ops))
+    }
+
     fn load_range(
         &self,
         py: Python<'_>,

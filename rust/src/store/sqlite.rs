@@ -599,22 +599,52 @@ impl SqliteTable {
         expected_version: Option<i64>,
         now: f64,
     ) -> Result<bool, Error> {
+        self.in_transaction(|| self.check_and_upsert(namespace, row, expected_version, now))
+    }
+
+    /// Several `save_if`s, in order, in one `BEGIN IMMEDIATE` transaction: each compares the
+    /// holder its key has after the ones before it, as if run one by one; whether each wrote.
+    /// An error rolls all of them back. Writers waiting at one moment share one commit so
+    /// (group commit), each judged exactly as alone.
+    pub fn save_if_many(
+        &self,
+        ops: &[(String, Row, Option<i64>, f64)],
+    ) -> Result<Vec<bool>, Error> {
+        self.in_transaction(|| {
+            ops.iter()
+                .map(|(namespace, row, expected_version, now)| {
+                    self.check_and_upsert(namespace, row, *expected_version, *now)
+                })
+                .collect()
+        })
+    }
+
+    /// The conditional write of `save_if`, inside the caller's transaction.
+    fn check_and_upsert(
+        &self,
+        namespace: &str,
+        row: &Row,
+        expected_version: Option<i64>,
+        now: f64,
+    ) -> rusqlite::Result<bool> {
+        let mut stmt = self.conn.prepare_cached(HOLDER_VERSION)?;
+        let mut found = stmt.query(params![namespace, row.key, now])?;
+        let current: Option<i64> = found.next()?.map(|r| r.get(0)).transpose()?;
+        drop(found);
+        let won = current == expected_version;
+        if won {
+            self.upsert(namespace, row)?;
+        }
+        Ok(won)
+    }
+
+    /// `op` in one `BEGIN IMMEDIATE` transaction, committed if it succeeds, else rolled back.
+    fn in_transaction<T>(&self, op: impl FnOnce() -> rusqlite::Result<T>) -> Result<T, Error> {
         begin(&self.conn)?;
-        let attempt = (|| {
-            let mut stmt = self.conn.prepare_cached(HOLDER_VERSION)?;
-            let mut found = stmt.query(params![namespace, row.key, now])?;
-            let current: Option<i64> = found.next()?.map(|r| r.get(0)).transpose()?;
-            drop(found);
-            let won = current == expected_version;
-            if won {
-                self.upsert(namespace, row)?;
-            }
-            Ok::<_, rusqlite::Error>(won)
-        })();
-        match attempt {
-            Ok(won) => {
+        match op() {
+            Ok(value) => {
                 self.conn.execute_batch("COMMIT")?;
-                Ok(won)
+                Ok(value)
             }
             Err(e) => {
                 self.conn.execute_batch("ROLLBACK")?;
@@ -914,6 +944,38 @@ mod tests {
             version,
             ..row(id, Some(key), None, 0.5)
         }
+    }
+
+    #[test]
+    fn save_if_many_is_save_if_one_by_one_in_one_transaction() {
+        let (batch, serial) = (memory(), memory());
+        let ops: Vec<(String, Row, Option<i64>, f64)> = vec![
+            ("a".into(), versioned("1", "k", 1), None, 0.0),
+            ("a".into(), versioned("2", "k", 1), None, 0.0),
+            ("a".into(), versioned("3", "k", 2), Some(1), 0.0),
+            ("b".into(), versioned("4", "k", 1), None, 0.0),
+            ("a".into(), versioned("5", "j", 3), Some(2), 0.0),
+        ];
+        let won = batch.save_if_many(&ops).unwrap();
+        assert_eq!(won, [true, false, true, true, false]);
+        for (namespace, row, expected, now) in &ops {
+            serial.save_if(namespace, row, *expected, *now).unwrap();
+        }
+        for namespace in ["a", "b"] {
+            assert_eq!(
+                batch.load(namespace, 0.0).unwrap(),
+                serial.load(namespace, 0.0).unwrap()
+            );
+        }
+        // One failing write (a CHECK constraint) leaves the whole batch unwritten.
+        let mut bad = versioned("6", "m", 1);
+        bad.importance = 2.0;
+        let failing = vec![
+            ("c".into(), versioned("7", "n", 1), None, 0.0),
+            ("c".into(), bad, None, 0.0),
+        ];
+        assert!(batch.save_if_many(&failing).is_err());
+        assert!(batch.load("c", 0.0).unwrap().is_empty());
     }
 
     #[test]
