@@ -7,6 +7,7 @@ The embedder is the offline local model, loaded once for the module.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import math
 from pathlib import Path
@@ -424,6 +425,35 @@ class TestTranscripts:
         assert bool(found) is (how == "clear")
         for memory in (writer, plain, reader):
             memory.close()
+        store.close()
+
+    @pytest.mark.parametrize("way", MODES)
+    async def test_an_expired_conversation_is_not_found(
+        self, local: EmbeddingModel, way: str, tmp_path: Path
+    ) -> None:
+        store = SQLiteStore(tmp_path / "m.sqlite3")
+        memory = ConversationMemory(store=store, embedder=local, conversation_ttl=1.0)
+        memory.add_turn("trip", "I moved to Lisbon last spring", "Nice!")
+        memory.flush()
+        question = "which city does she live in now"
+        assert [m.conversation_id for m in await run(memory, "search_transcripts", way, question)]
+        await asyncio.sleep(1.3)
+        assert memory.conversation_ids == []
+        assert await run(memory, "search_transcripts", way, question) == []
+        found = await run(memory, "search_transcripts", way, question, conversation_id="trip")
+        assert found == []
+        # Cleanup by a memory without an embedder reclaims the copies too.
+        plain = ConversationMemory(store=store, conversation_ttl=1.0)
+        await run(plain, "cleanup_expired_conversations", way)
+        leftover = [n for n in store.namespaces() if "transcripts" in n]
+        assert all(store.load(n) == [] for n in leftover)
+        # A new turn starts the conversation afresh, and it is found again.
+        memory.add_turn("trip", "We bought a flat in Porto", "Congratulations!")
+        memory.flush()
+        [match] = memory.search_transcripts("where did they buy a home", limit=1)
+        assert (match.conversation_id, match.turn_id) == ("trip", 0)
+        for owner in (memory, plain):
+            owner.close()
         store.close()
 
     def test_without_an_embedder_names_it(self) -> None:

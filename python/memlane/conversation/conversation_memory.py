@@ -55,6 +55,7 @@ from memlane.conversation.memory_options import (
 from memlane.conversation.rolling_summary import default_threshold
 from memlane.conversation.transcript_search import (
     TranscriptSearch,
+    expired_copies_plan,
     forget_copies_plan,
     transcript_methods,
 )
@@ -347,9 +348,13 @@ class ConversationMemory:
         """Removes every conversation idle past ``conversation_ttl``; how many.
 
         Reads already treat such a conversation as gone; this reclaims the store's space for
-        those nobody asked about since (their turns, summary and transcript).
+        those nobody asked about since (their turns, summary and transcript), and the
+        searchable copies of their turns.
         """
-        return (yield from self._conversations.cleanup_plan())
+        removed = yield from self._conversations.cleanup_plan()
+        if self.conversation_ttl is not None:
+            yield from expired_copies_plan(self._conversations.ids_plan(), self._forget_copies)
+        return removed
 
     cleanup_expired_conversations = sync_method(_cleanup_expired_conversations)
     async_cleanup_expired_conversations = async_method(_cleanup_expired_conversations)

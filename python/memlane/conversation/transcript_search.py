@@ -58,6 +58,7 @@ __all__ = [
     "TranscriptMatch",
     "TranscriptSearch",
     "conversation_namespace",
+    "expired_copies_plan",
     "forget_copies_plan",
     "hybrid_plan",
     "transcript_methods",
@@ -140,6 +141,21 @@ def forget_copies_plan(conversation_id: str) -> Plan[int]:
     for user in (None, *users):
         directory = ALL_CONVERSATIONS if user is None else user_namespace(user)
         yield Delete(directory, _entry_id(directory, conversation_id))
+    return removed
+
+
+def expired_copies_plan(alive: Plan[list[str]], forget: Callable[[str], Plan[int]]) -> Plan[int]:
+    """Forgets (with ``forget``) the copies of every listed conversation that ``alive`` no
+    longer lists: those of conversations expired as a whole; how many turns' copies went."""
+    listed: list[MemoryEntry] = yield Load(ALL_CONVERSATIONS)
+    if not listed:
+        return 0
+    # Listed first, then the living: a conversation started afresh in between is living.
+    living = set((yield from alive))
+    removed = 0
+    for entry in listed:
+        if entry.key is not None and entry.key not in living:
+            removed += yield from forget(entry.key)
     return removed
 
 
@@ -310,8 +326,11 @@ class TranscriptSearch:
             self._vectors.submit(where, entries)
             listed.update((cid, e.content["user_id"]) for e in entries)
             listed.add((cid, None))
+        # A conversation's first turn is listed again whatever this host remembers: another
+        # host may have cleared or expired the conversation, and its directory entries.
+        fresh = {cid for cid, turn in batch if turn.turn_id == 0}
         with self._guard:
-            listed -= self._listed
+            listed -= {known for known in self._listed if known[0] not in fresh}
         for cid, user in listed:
             directory = ALL_CONVERSATIONS if user is None else user_namespace(user)
             listings.setdefault(directory, []).append(_directory_entry(directory, cid))
@@ -386,6 +405,7 @@ class TranscriptSearch:
         conversation_id: str | None = None,
         user_id: str | None = None,
         limit: int = 10,
+        alive: Plan[list[str]] | None = None,
     ) -> Plan[list[TranscriptMatch]]:
         """The turns of past conversations most relevant to ``query``, best first.
 
@@ -398,6 +418,8 @@ class TranscriptSearch:
             conversation_id: Only this conversation's turns.
             user_id: Only turns whose ``metadata["user_id"]`` is this user.
             limit: At most this many turns.
+            alive: What a memory with a ``conversation_ttl`` passes: a plan listing the
+                conversations not expired, the only ones searched.
 
         Returns:
             :class:`TranscriptMatch` values, best first; ``[]`` when nothing is stored.
@@ -414,12 +436,16 @@ class TranscriptSearch:
             check_identifier(user_id, "user_id")
         limit = check_positive_int(limit, "limit")
 
+        living = None if alive is None else set((yield from alive))
         if conversation_id is not None:
-            names = [conversation_namespace(conversation_id)]
+            ids = [conversation_id]
         else:
             directory = ALL_CONVERSATIONS if user_id is None else user_namespace(user_id)
             listed: list[MemoryEntry] = yield Load(directory)
-            names = [conversation_namespace(e.key) for e in listed if e.key is not None]
+            ids = [e.key for e in listed if e.key is not None]
+        # An expired conversation is gone as a whole: its copies are not searched even
+        # before cleanup_expired_conversations removes them.
+        names = [conversation_namespace(c) for c in ids if living is None or c in living]
         # Fusion looks past ``limit`` so a record strong on one list alone can still rank.
         fetch = max(limit * 4, 50)
         hits = yield from hybrid_plan(
@@ -454,6 +480,13 @@ def transcript_methods(
             )
         return found
 
+    def alive(self: Any) -> Plan[list[str]] | None:
+        # With a ttl, the conversations not expired (the store's index knows every host's).
+        if getattr(self, "conversation_ttl", None) is None:
+            return None
+        ids: Plan[list[str]] = self._conversations.ids_plan()
+        return ids
+
     def search_transcripts(
         self: Any,
         query: str,
@@ -463,7 +496,7 @@ def transcript_methods(
         limit: int = 10,
     ) -> list[TranscriptMatch]:
         return index(self).search_transcripts(
-            query, conversation_id=conversation_id, user_id=user_id, limit=limit
+            query, conversation_id=conversation_id, user_id=user_id, limit=limit, alive=alive(self)
         )
 
     async def async_search_transcripts(
@@ -475,7 +508,7 @@ def transcript_methods(
         limit: int = 10,
     ) -> list[TranscriptMatch]:
         return await index(self).async_search_transcripts(
-            query, conversation_id=conversation_id, user_id=user_id, limit=limit
+            query, conversation_id=conversation_id, user_id=user_id, limit=limit, alive=alive(self)
         )
 
     doc = TranscriptSearch._search_transcripts.__doc__ or ""
