@@ -285,3 +285,24 @@ class TestInt8PrescanKeepsTheExactAnswer:
             expected = plain.search(["a"], "m", query, limit, 0.3, 10.0)
             assert expected
             assert rust.search(["a"], "m", query, limit, 0.3, 10.0) == expected
+
+
+class TestLargeGroupsAgree:
+    """A group large enough for the Rust index to split its scan over threads (on a machine
+    with more than one core) returns the numpy twin's answer: same hits, order and scores."""
+
+    def test_twenty_thousand_rows(self) -> None:
+        rng = numpy.random.default_rng(7)
+        # Dyadic components: every score is exact in float32, so both must agree to the bit,
+        # and the many equal scores leave the order to importance, then age.
+        rows = rng.choice(numpy.array(COMPONENTS, dtype=numpy.float32), size=(20_000, 256))
+        rust, twin = require_rust_core().VectorIndex(), pure.VectorIndex()
+        for i, row in enumerate(rows.tolist()):
+            importance = IMPORTANCES[i % len(IMPORTANCES)]
+            for index in (rust, twin):
+                index.upsert(f"e{i}", "a" if i % 9 else "b", "m", "d", row, importance, None, i)
+        for query in (rows[3].tolist(), rng.choice(COMPONENTS, size=256).tolist()):
+            for limit in (1, 10, 200):
+                expected = twin.search(["a"], "m", query, limit, 0.3, 0.0)
+                assert len(expected) == limit
+                assert rust.search(["a"], "m", query, limit, 0.3, 0.0) == expected

@@ -44,6 +44,8 @@
 use std::cmp::{Ordering, Reverse};
 use std::collections::{BinaryHeap, HashMap};
 use std::hash::Hash;
+use std::ops::Range;
+use std::sync::OnceLock;
 
 use crate::store::memory::live;
 
@@ -170,19 +172,18 @@ struct Prescan<'a> {
 impl Prescan<'_> {
     /// The rows that may be in the answer, with the upper bounds of their scores, and the
     /// floor: the `limit`-th best lower bound. A row whose upper bound is below the floor
-    /// scores below at least `limit` rows, so it cannot be in the answer.
-    fn run(&self) -> (Vec<(usize, f64)>, f64) {
+    /// scores below at least `limit` rows, so it cannot be in the answer. Reads the rows of
+    /// `part` only.
+    fn run(&self, part: Range<usize>) -> (Vec<(usize, f64)>, f64) {
         // The `limit` best lower bounds so far (a min-heap).
         let mut lows: BinaryHeap<Reverse<Ordered>> =
             BinaryHeap::with_capacity(self.limit.min(4096) + 1);
         let mut floor = f64::NEG_INFINITY;
         let mut maybe: Vec<(usize, f64)> = Vec::new();
         let q = self.query;
-        for (at, (hot, codes)) in self
-            .hot
-            .iter()
-            .zip(self.codes.chunks_exact(self.dims))
-            .enumerate()
+        let codes = &self.codes[part.start * self.dims..part.end * self.dims];
+        for (at, (hot, codes)) in
+            (part.start..).zip(self.hot[part].iter().zip(codes.chunks_exact(self.dims)))
         {
             if hot.importance < self.min_importance
                 || !self.wanted.contains(&hot.namespace)
@@ -208,6 +209,45 @@ impl Prescan<'_> {
         }
         (maybe, floor)
     }
+
+    /// `run` over all `rows`, split into `parts` ranges scanned on as many threads. Each
+    /// part's floor is the `limit`-th best lower bound of its own rows, at most the
+    /// `limit`-th best of all rows, so the highest of them is still a floor for every row.
+    fn run_in_parts(&self, rows: usize, parts: usize) -> (Vec<(usize, f64)>, f64) {
+        if parts <= 1 || rows == 0 {
+            return self.run(0..rows);
+        }
+        let step = rows.div_ceil(parts);
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..rows)
+                .step_by(step)
+                .map(|start| scope.spawn(move || self.run(start..(start + step).min(rows))))
+                .collect();
+            let mut maybe = Vec::new();
+            let mut floor = f64::NEG_INFINITY;
+            for handle in handles {
+                let (part, part_floor) = match handle.join() {
+                    Ok(found) => found,
+                    Err(panic) => std::panic::resume_unwind(panic),
+                };
+                floor = floor.max(part_floor);
+                maybe.extend(part);
+            }
+            (maybe, floor)
+        })
+    }
+}
+
+/// Floats (rows x dims) a search thread should have to itself: below that, starting a thread
+/// costs more than it saves.
+const FLOATS_PER_THREAD: usize = 1 << 21;
+
+/// How many threads scan a group of `rows` x `dims`: one per `FLOATS_PER_THREAD`, at most one
+/// per core, and at most 8.
+fn scan_parts(rows: usize, dims: usize) -> usize {
+    static CORES: OnceLock<usize> = OnceLock::new();
+    let cores = *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, usize::from));
+    (rows.saturating_mul(dims) / FLOATS_PER_THREAD).clamp(1, cores.clamp(1, 8))
 }
 
 /// An f64 ordered totally, for the heap of lower bounds.
@@ -567,6 +607,26 @@ impl<T, K: Hash + Eq + Clone> VectorIndex<T, K> {
         min_importance: f64,
         now: f64,
     ) -> Vec<(&T, f64)> {
+        let rows = self
+            .group_ids
+            .get(&(model.to_owned(), query.len()))
+            .map_or(0, |&g| self.groups[g].rows.len());
+        let parts = scan_parts(rows, query.len());
+        self.search_in_parts(namespaces, model, query, limit, min_importance, now, parts)
+    }
+
+    /// `search`, its int8 pass split over `parts` threads (the answer is the same for any).
+    #[allow(clippy::too_many_arguments)] // search's arguments and the thread count
+    fn search_in_parts(
+        &self,
+        namespaces: &[K],
+        model: &str,
+        query: &[f32],
+        limit: usize,
+        min_importance: f64,
+        now: f64,
+        parts: usize,
+    ) -> Vec<(&T, f64)> {
         let Some(&group) = self.group_ids.get(&(model.to_owned(), query.len())) else {
             return Vec::new();
         };
@@ -600,7 +660,7 @@ impl<T, K: Hash + Eq + Clone> VectorIndex<T, K> {
             min_importance,
             now,
         };
-        let (maybe, floor) = prescan.run();
+        let (maybe, floor) = prescan.run_in_parts(g.hot.len(), parts);
         // Pass 2: the exact f32 scores of the rows that can still reach the answer.
         let mut top = Top::new(limit);
         for (at, upper) in maybe {
@@ -765,7 +825,7 @@ mod tests {
     }
 
     #[test]
-    fn the_int8_pass_keeps_exactly_the_full_scans_answer() {
+    fn the_int8_pass_keeps_exactly_the_full_scans_answer_on_any_number_of_threads() {
         for (round, dims) in [(1u64, 256usize), (2, 7), (3, 64), (4, 1)] {
             let mut stream = Stream(round);
             // Clustered rows (small perturbations of a few centres), exact duplicates for
@@ -814,15 +874,27 @@ mod tests {
                         .into_iter()
                         .map(|c| (kept[c.row].0, c.score))
                         .collect();
-                    let found: Vec<(u32, f64)> = index
-                        .search(&a, "m", &query, limit, 0.25, 10.0)
-                        .into_iter()
-                        .map(|(p, score)| (*p, score))
-                        .collect();
-                    assert_eq!(found, expected);
+                    // One thread, and the rows split over several (down to four rows a
+                    // part): each part's floor holds only for its own rows.
+                    for parts in [1, 2, 7, 150] {
+                        let found: Vec<(u32, f64)> = index
+                            .search_in_parts(&a, "m", &query, limit, 0.25, 10.0, parts)
+                            .into_iter()
+                            .map(|(p, score)| (*p, score))
+                            .collect();
+                        assert_eq!(found, expected);
+                    }
                 }
             }
         }
+    }
+
+    #[test]
+    fn large_groups_are_scanned_by_several_threads() {
+        assert_eq!(scan_parts(0, 256), 1);
+        assert_eq!(scan_parts(1000, 256), 1);
+        let cores = std::thread::available_parallelism().map_or(1, usize::from);
+        assert_eq!(scan_parts(100_000, 256), 12.min(cores.clamp(1, 8)));
     }
 
     #[test]
