@@ -27,9 +27,10 @@
 //!   rows whose error-bounded estimate can reach the `limit`-th best lower bound: the rows it
 //!   skips provably score below the answer's last, so the answer is the full scan's (the twin
 //!   scans everything and agrees). A 100,000 x 256 group is 100 MB of floats; its codes are
-//!   25 MB. On this machine's baseline x86-64 target (no SSE4.1, so no 32-bit SIMD multiply)
-//!   the int8 pass is compute-bound and about 10% faster than the f32 scan; targets with wider
-//!   integer SIMD gain more.
+//!   25 MB. On the baseline x86-64 target (no SSE4.1, so no 32-bit SIMD multiply) one thread
+//!   of the int8 pass is compute-bound and measured from as fast as to 10% faster than the f32
+//!   scan here; reading a quarter of the memory is what lets a large group's pass split over
+//!   cores (`scan_parts`) without the threads queueing on memory bandwidth.
 //! * A row's filter fields (namespace, importance, expiry, sequence number, quantisation) sit
 //!   in a compact `Hot` array beside the codes, so the pre-scan reads no `Row` (ids, digests,
 //!   payloads) at all.
