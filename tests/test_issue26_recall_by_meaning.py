@@ -521,3 +521,29 @@ class TestReadOnlyStores:
         finally:
             reader.close()
         assert path.read_bytes() == before
+
+
+class TestTextsAModelCannotRead:
+    """A ``str`` may hold a lone surrogate and every store keeps it; no tokenizer or provider
+    accepts one. What is sent to the model is made valid UTF-8, the stored text unchanged."""
+
+    def test_a_record_with_a_lone_surrogate_is_embedded_with_the_rest(self) -> None:
+        memory = LongTermMemory(InMemoryStore(), embedder="local")
+        memory.remember("odd", "a\ud800b coffee")
+        memory.remember("plain", "black coffee, no sugar")
+        memory.flush()
+
+        found = {str(f) for f in memory.search("coffee", mode="semantic", limit=5)}
+
+        assert found == {"odd = a\ud800b coffee", "plain = black coffee, no sugar"}
+        assert memory.reembed() == 0  # both have their vector: nothing left to embed
+        assert [f.value for f in memory.recall("odd")] == ["a\ud800b coffee"]
+
+    async def test_a_query_with_a_lone_surrogate_is_answered(self) -> None:
+        memory = LongTermMemory(InMemoryStore(), embedder="local")
+        await memory.async_remember("drink", "Ada drinks her coffee black")
+        await memory.async_flush()
+
+        found = await memory.async_search("coffee \udfff", mode="hybrid")
+
+        assert [f.key for f in found] == ["drink"]  # type: ignore[union-attr]

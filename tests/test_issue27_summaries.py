@@ -177,10 +177,10 @@ class TestPins:
             await run(memory, "add_turn", way, "c", f"filler question {i}", "word " * 6)
         turns = await run(memory, "get_turns", way, "c")
         assert turns[0].user_prompt == "invoice INV-1 is disputed"
-        assert turns[0].metadata.get("pinned") is True
+        assert turns[0].pinned is True
         assert await run(memory, "get_history_tokens", way, "c") <= 120
         transcript = await run(memory, "get_transcript", way, "c")
-        assert transcript[0].metadata.get("pinned") is True
+        assert transcript[0].pinned is True
 
     @pytest.mark.parametrize("way", MODES)
     async def test_pin_turn_and_the_snapshot(self, way: str) -> None:
@@ -188,12 +188,12 @@ class TestPins:
         await run(memory, "add_turn", way, "c", "the deadline is Friday", "ok")
         await run(memory, "add_turn", way, "c", "second", "ok")
         pinned = await run(memory, "pin_turn", way, "c", 0)
-        assert pinned.metadata.get("pinned") is True
+        assert pinned.pinned is True
         snapshot = await run(memory, "export_conversation", way, "c")
         other = ConversationMemory(max_tokens=200, summarize_threshold=100, summarizer=joined)
         cid = await run(other, "import_conversation", way, snapshot)
         turns = await run(other, "get_turns", way, cid)
-        assert [bool(t.metadata.get("pinned")) for t in turns] == [True, False]
+        assert [t.pinned for t in turns] == [True, False]
 
     @pytest.mark.parametrize("way", MODES)
     async def test_pins_over_budget_fail_at_pin_time(self, way: str) -> None:
@@ -204,7 +204,7 @@ class TestPins:
         with pytest.raises(ValueError, match="pin"):
             await run(memory, "pin_turn", way, "c", 0)
         [turn] = await run(memory, "get_transcript", way, "c")
-        assert not turn.metadata.get("pinned")
+        assert not turn.pinned
 
     @pytest.mark.parametrize("bad", ["yes", 1, None])
     def test_pinned_must_be_bool(self, bad: object) -> None:

@@ -186,6 +186,13 @@ class ConversationTurn(BaseModel):
     token_estimate: int = Field(default=0, ge=0)
     metadata: dict[str, Any] = Field(default_factory=dict)
 
+    @property
+    def pinned(self) -> bool:
+        """Whether the turn is pinned (``add_turn(..., pinned=True)`` or ``pin_turn``): never
+        summarised away nor trimmed from the prompt. Kept as ``metadata["pinned"]``, so the
+        store's log, snapshots and every host keep it."""
+        return self.metadata.get("pinned") is True
+
     # A turn made by new_turn without raw_messages has the two messages built from its
     # strings, made the first time anything reads them (pydantic-ai is imported then): on
     # attribute access, and before anything that reads the fields wholesale.

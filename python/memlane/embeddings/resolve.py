@@ -192,12 +192,32 @@ def _local_query(local: LocalEmbeddingModel, text: str) -> list[float]:
     return vector
 
 
+def encodable(text: str) -> str:
+    """``text`` as valid UTF-8: a lone surrogate (which a ``str`` may hold, and a store keeps)
+    becomes U+FFFD characters, since no model's tokenizer or API accepts it.
+
+    Only what is sent to the model changes: the stored text and its digest stay as they are.
+    """
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+    return text
+
+
+def _encodable_all(texts: Sequence[str]) -> list[str]:
+    return [encodable(text) for text in texts]
+
+
 def embed_query(embedder: Embedder, text: str) -> list[float]:
     """``text``'s unit vector as a search query, blocking.
 
     Raises:
         ValueError: The model gives ``text`` no direction (a text without tokens).
     """
+    text = encodable(text)
     local = _local(embedder)
     if local is not None:
         return _local_query(local, text)
@@ -207,6 +227,7 @@ def embed_query(embedder: Embedder, text: str) -> list[float]:
 
 async def async_embed_query(embedder: Embedder, text: str) -> list[float]:
     """Async :func:`embed_query`."""
+    text = encodable(text)
     local = _local(embedder)
     if local is not None:
         return _local_query(local, text)
@@ -218,6 +239,7 @@ def embed_documents(embedder: Embedder, texts: Sequence[str]) -> list[list[float
     text the model gives no direction."""
     if not texts:
         return []
+    texts = _encodable_all(texts)
     local = _local(embedder)
     if local is not None:
         return _local_documents(local, texts)
@@ -231,6 +253,7 @@ async def async_embed_documents(
     """Async :func:`embed_documents`."""
     if not texts:
         return []
+    texts = _encodable_all(texts)
     local = _local(embedder)
     if local is not None:
         return _local_documents(local, texts)
