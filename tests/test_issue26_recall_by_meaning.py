@@ -546,4 +546,4 @@ class TestTextsAModelCannotRead:
 
         found = await memory.async_search("coffee \udfff", mode="hybrid")
 
-        assert [f.key for f in found] == ["drink"]  # type: ignore[union-attr]
+        assert [f.key for f in found] == ["drink"]
