@@ -1,5 +1,5 @@
 """ConversationMemory holds its parts: its class shows only the public API, its instances
-three private parts; the conversation package's old module paths still import what they did;
+their private parts; the conversation package's old module paths still import what they did;
 no module of the package passes 500 lines."""
 
 from __future__ import annotations
@@ -27,13 +27,14 @@ class TestPublicSurface:
         private = [n for n in dir(ConversationMemory) if n.startswith("_") and not n.endswith("__")]
         assert private == []
 
-    def test_an_instance_holds_three_parts(self) -> None:
+    def test_an_instance_holds_its_parts(self) -> None:
         memory = ConversationMemory()
         private = {k: type(v) for k, v in vars(memory).items() if k.startswith("_")}
         assert private == {
             "_conversations": ConversationCache,
             "_summaries": RollingSummaries,
             "_reads": HistoryReads,
+            "_transcripts": type(None),  # a TranscriptSearch with an embedder
         }
 
     def test_every_method_pair_keeps_its_signature(self) -> None:

@@ -21,12 +21,12 @@ from pydantic_ai.embeddings import Embedder
 from memlane import _backend
 from memlane._ops import Save
 from memlane._runner import Done, Plan, run_async, run_sync
+from memlane.conversation.transcript_methods import transcript_methods
 from memlane.conversation.transcript_search import (
     ALL_CONVERSATIONS,
     TranscriptMatch,
     TranscriptSearch,
     conversation_namespace,
-    transcript_methods,
     user_namespace,
 )
 from memlane.embeddings import resolve_embedder

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import timedelta
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from memlane._deprecation import deprecated_twins
@@ -53,12 +54,8 @@ from memlane.conversation.memory_options import (
     summarizer_strategy,
 )
 from memlane.conversation.rolling_summary import default_threshold
-from memlane.conversation.transcript_search import (
-    TranscriptSearch,
-    expired_copies_plan,
-    forget_copies_plan,
-    transcript_methods,
-)
+from memlane.conversation.transcript_methods import forget_copies, transcript_methods
+from memlane.conversation.transcript_search import TranscriptSearch, expired_copies_plan
 from memlane.conversation.turn_plans import (
     NewTurn,
     add_turn_now,
@@ -353,7 +350,8 @@ class ConversationMemory:
         """
         removed = yield from self._conversations.cleanup_plan()
         if self.conversation_ttl is not None:
-            yield from expired_copies_plan(self._conversations.ids_plan(), self._forget_copies)
+            forget = partial(forget_copies, self._transcripts)
+            yield from expired_copies_plan(self._conversations.ids_plan(), forget)
         return removed
 
     cleanup_expired_conversations = sync_method(_cleanup_expired_conversations)
@@ -421,14 +419,7 @@ class ConversationMemory:
         yield from self._conversations.locked(cid)
         yield from self._conversations.clear_plan(cid)
         self._summaries.backoff.forget(cid)
-        yield from self._forget_copies(cid)
-
-    def _forget_copies(self, cid: str) -> Plan[int]:
-        # Its searchable copies go with it, also when this memory has no embedder: another
-        # memory on the store may have written them.
-        if self._transcripts is not None:
-            return (yield from self._transcripts._forget_conversation(cid))
-        return (yield from forget_copies_plan(cid))
+        yield from forget_copies(self._transcripts, cid)
 
     clear = sync_method(_clear)
     async_clear = async_method(_clear)
@@ -444,7 +435,7 @@ class ConversationMemory:
             lock = yield from self._conversations.locked(cid)
             yield from self._conversations.clear_plan(cid)
             yield Release(lock)
-            yield from self._forget_copies(cid)
+            yield from forget_copies(self._transcripts, cid)
 
     clear_all = sync_method(_clear_all)
     async_clear_all = async_method(_clear_all)

@@ -31,7 +31,7 @@ import os
 import threading
 import uuid
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from datetime import datetime
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -61,7 +61,6 @@ __all__ = [
     "expired_copies_plan",
     "forget_copies_plan",
     "hybrid_plan",
-    "transcript_methods",
     "user_namespace",
 ]
 
@@ -458,67 +457,3 @@ class TranscriptSearch:
 
     search_transcripts = sync_method(_search_transcripts)
     async_search_transcripts = async_method(_search_transcripts)
-
-
-def transcript_methods(
-    owner: str,
-) -> tuple[Callable[..., list[TranscriptMatch]], Callable[..., Awaitable[list[TranscriptMatch]]]]:
-    """``search_transcripts`` and ``async_search_transcripts`` for a class holding its
-    :class:`TranscriptSearch` (or ``None``, without an embedder) as ``_transcripts``.
-
-    Args:
-        owner: The class's name, for the error without an embedder.
-    """
-
-    def index(self: Any) -> TranscriptSearch:
-        found: TranscriptSearch | None = self._transcripts
-        if found is None:
-            raise ValueError(
-                f"search_transcripts needs an embedder: build the {owner} (or the "
-                "MemoryManager holding it) with embedder=... (e.g. embedder='local'); turns "
-                "are made searchable only then"
-            )
-        return found
-
-    def alive(self: Any) -> Plan[list[str]] | None:
-        # With a ttl, the conversations not expired (the store's index knows every host's).
-        if getattr(self, "conversation_ttl", None) is None:
-            return None
-        ids: Plan[list[str]] = self._conversations.ids_plan()
-        return ids
-
-    def search_transcripts(
-        self: Any,
-        query: str,
-        *,
-        conversation_id: str | None = None,
-        user_id: str | None = None,
-        limit: int = 10,
-    ) -> list[TranscriptMatch]:
-        return index(self).search_transcripts(
-            query, conversation_id=conversation_id, user_id=user_id, limit=limit, alive=alive(self)
-        )
-
-    async def async_search_transcripts(
-        self: Any,
-        query: str,
-        *,
-        conversation_id: str | None = None,
-        user_id: str | None = None,
-        limit: int = 10,
-    ) -> list[TranscriptMatch]:
-        return await index(self).async_search_transcripts(
-            query, conversation_id=conversation_id, user_id=user_id, limit=limit, alive=alive(self)
-        )
-
-    doc = TranscriptSearch._search_transcripts.__doc__ or ""
-    extra = f"""
-
-        Raises (also):
-            ValueError: The {owner} was built without an ``embedder`` (names it).
-        """
-    search_transcripts.__doc__ = doc + extra
-    async_search_transcripts.__doc__ = "Async :meth:`search_transcripts`." + extra
-    search_transcripts.__qualname__ = f"{owner}.search_transcripts"
-    async_search_transcripts.__qualname__ = f"{owner}.async_search_transcripts"
-    return search_transcripts, async_search_transcripts
