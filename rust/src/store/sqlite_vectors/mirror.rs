@@ -20,7 +20,7 @@
 //!   upper bound of the copy's error (`errors`, the Euclidean norm of floats minus decoded
 //!   codes). A search first scores the int8 copies, a quarter of the memory to read and
 //!   integer products; a row's exact score lies within a bound of its int8 score (see
-//!   `Quantized::bound`), so only rows whose upper bound reaches the `limit`-th best lower
+//!   `crate::vectors::Quantized::bound`), so only rows whose upper bound reaches the `limit`-th best lower
 //!   bound can be among the best, and only those are scored exactly, in f32, as the scan
 //!   scores them. Results are therefore exactly the scan's.
 //! * A mirror belongs to one connection, named by the random id the connection keeps in its
@@ -32,7 +32,7 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use crate::vectors::{dot, Candidate, Top};
+use crate::vectors::{dot, Candidate, Quantized, Top};
 
 /// How many mirrors the process keeps (the twin's `KEPT_MIRRORS`).
 pub const KEPT_MIRRORS: usize = 4;
@@ -65,60 +65,14 @@ pub fn mirror_for(connection: &str, model: &str, dims: usize) -> Arc<Mutex<Mirro
 /// of this mirror's model and dims), namespace, importance, expiry.
 pub type FileRow = (i64, Option<Vec<u8>>, Option<String>, f64, Option<f64>);
 
-/// A vector's int8 copy: `codes[i] * scale` approximates `floats[i]`, `error` bounds the
-/// norm of the difference and `norm` is the copy's own norm (both rounded up).
-#[derive(Debug)]
-struct Quantized {
-    codes: Vec<i8>,
-    scale: f64,
-    error: f64,
-    norm: f64,
-}
-
-impl Quantized {
-    fn new(floats: &[f32]) -> Self {
-        let top = floats
-            .iter()
-            .fold(0.0f64, |m, &f| m.max(f64::from(f).abs()));
-        let scale = if top > 0.0 { top / 127.0 } else { 1.0 };
-        let mut codes = Vec::with_capacity(floats.len());
-        let (mut error, mut norm) = (0.0f64, 0.0f64);
-        for &f in floats {
-            // |f| / scale <= 127 by construction: the cast never saturates.
-            #[allow(clippy::cast_possible_truncation)]
-            let code = (f64::from(f) / scale).round().clamp(-127.0, 127.0) as i8;
-            let decoded = f64::from(code) * scale;
-            error += (f64::from(f) - decoded).powi(2);
-            norm += decoded * decoded;
-            codes.push(code);
-        }
-        Self {
-            codes,
-            scale,
-            error: error.sqrt() * (1.0 + 1e-9) + 1e-12,
-            norm: norm.sqrt() * (1.0 + 1e-9),
-        }
-    }
-
-    /// The int8 estimate of the dot product of two vectors.
-    fn estimate(codes: &[i8], scale: f64, other: &[i8], other_scale: f64) -> f64 {
-        // The in-memory index's kernel: exact, and in the lane shape the compiler vectorises
-        // (an iterator sum of the same products was several times slower).
-        let sum: i64 = crate::vectors::int_dot(codes, other);
-        #[allow(clippy::cast_precision_loss)] // |sum| < 2^53: exact
-        let sum = sum as f64;
-        sum * scale * other_scale
-    }
-
-    /// How far the f32 dot product of rows x and q can lie from the int8 estimate, with x̂, q̂
-    /// the decoded copies and e_x = x - x̂, e_q = q - q̂:
-    /// x·q - x̂·q̂ = e_x·q + x̂·e_q, so |x·q - x̂·q̂| <= |e_x| |q| + |x̂| |e_q| (Cauchy-Schwarz).
-    /// `slack` covers the f32 rounding of the exact score (at most dims * 2^-24 * |x| |q|).
-    fn bound(error: f64, norm: f64, query: &Self, query_norm: f64, dims: usize) -> f64 {
-        #[allow(clippy::cast_precision_loss)] // dims is small
-        let rounding = (dims as f64 + 8.0) * f64::from(f32::EPSILON);
-        error * query_norm + norm * query.error + rounding * (norm + error) * query_norm + 1e-9
-    }
+/// The int8 estimate of the dot product of two vectors.
+fn estimate(codes: &[i8], scale: f64, other: &[i8], other_scale: f64) -> f64 {
+    // The in-memory index's kernel: exact, and in the lane shape the compiler vectorises
+    // (an iterator sum of the same products was several times slower).
+    let sum: i64 = crate::vectors::int_dot(codes, other);
+    #[allow(clippy::cast_precision_loss)] // |sum| < 2^53: exact
+    let sum = sum as f64;
+    sum * scale * other_scale
 }
 
 /// An f64 ordered totally, for the heap of lower bounds.
@@ -303,9 +257,9 @@ impl Mirror {
                 continue;
             }
             let codes = &self.codes[at * dims..(at + 1) * dims];
-            let estimate = Quantized::estimate(codes, self.scales[at], &q.codes, q.scale);
+            let estimate = estimate(codes, self.scales[at], &q.codes, q.scale);
             let (error, norm) = self.errors[at];
-            let bound = Quantized::bound(error, norm, &q, query_norm, dims);
+            let bound = q.bound(error, norm, query_norm, dims);
             let upper = estimate + bound;
             if upper < floor {
                 continue;
