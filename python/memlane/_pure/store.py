@@ -63,7 +63,7 @@ __all__ = [
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS memory_entries (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    seq INTEGER PRIMARY KEY,
     entry_id TEXT NOT NULL UNIQUE,
     namespace TEXT NOT NULL,
     scope TEXT NOT NULL,
@@ -81,7 +81,13 @@ CREATE UNIQUE INDEX IF NOT EXISTS memory_entries_namespace_key
 CREATE INDEX IF NOT EXISTS memory_entries_expires_at
     ON memory_entries (expires_at) WHERE expires_at IS NOT NULL;
 """
-"""The on-disk schema, shared byte for byte with the Rust table so either can open a file."""
+"""The on-disk schema, shared byte for byte with the Rust table so either can open a file.
+
+``seq`` has no ``AUTOINCREMENT``: the keyword costs every insert a write of the
+``sqlite_sequence`` page and only guarantees that a deleted highest ``seq`` is never reused.
+Reuse is safe: the search index and the vector of a row leave with it (delete triggers), and
+the vector change log records the ``seq``, so a mirror re-reads it. Files made with the keyword
+keep it (``CREATE TABLE IF NOT EXISTS``); both kinds behave alike."""
 
 ADD_VERSION = "ALTER TABLE memory_entries ADD COLUMN version INTEGER NOT NULL DEFAULT 0"
 """Brings a file made before versions existed to :data:`SCHEMA`: its rows become version 0."""

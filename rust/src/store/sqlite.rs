@@ -26,9 +26,17 @@ use rusqlite::{params, Connection, OpenFlags};
 use super::sqlite_vectors::{self, Attach};
 
 /// The on-disk schema, byte for byte the twin's `SCHEMA` (a unit test compares them).
+///
+/// `seq` has no `AUTOINCREMENT`: that keyword costs every insert a write of the
+/// `sqlite_sequence` page (one of about eight a turn's commit writes), and buys only that a
+/// deleted highest `seq` is never handed out again. Reusing it is safe because everything
+/// keyed on `seq` leaves with its row in the deleting statement: the search index and the
+/// vector by their delete triggers, and the vector change log records that `seq`, so a
+/// mirror re-reads it and finds the new row's vector or none. Files made with the keyword
+/// keep it (`CREATE TABLE IF NOT EXISTS`); both kinds behave alike.
 pub const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS memory_entries (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    seq INTEGER PRIMARY KEY,
     entry_id TEXT NOT NULL UNIQUE,
     namespace TEXT NOT NULL,
     scope TEXT NOT NULL,
@@ -1386,6 +1394,27 @@ mod tests {
             .query_row("SELECT count(*) FROM memory_search", [], |r| r.get(0))
             .unwrap();
         assert_eq!(indexed, 0);
+    }
+
+    #[test]
+    fn a_reused_seq_inherits_no_search_text() {
+        let t = memory();
+        t.save("a", &searchable("1", None, "kept", 0.5)).unwrap();
+        t.save("a", &searchable("2", None, "vanished", 0.5))
+            .unwrap();
+        assert!(t.delete("a", "2").unwrap());
+        t.save("a", &row("3", None, None, 0.5)).unwrap();
+        let seq: i64 = t
+            .conn
+            .query_row(
+                "SELECT seq FROM memory_entries WHERE entry_id = '3'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(seq, 2, "a new file reuses the deleted highest seq");
+        assert!(found(&t, &["a"], &["vanished"]).is_empty());
+        assert_eq!(found(&t, &["a"], &["kept"]), ["1"]);
     }
 
     #[test]
