@@ -175,20 +175,42 @@ def test_later_changes_to_the_callers_list_do_not_reach_memlane() -> None:
     assert memory.get_turns(cid)[0].raw_messages == expected
 
 
-def test_messages_that_cannot_be_pickled_stay_live() -> None:
-    @dataclasses.dataclass
-    class Local:  # pickle cannot name a class defined in a function; JSON serialises it
-        x: int
+class Opaque:
+    """Neither a dataclass the tuple form can hold nor a class pickle can name (see
+    :func:`opaque`)."""
 
-    memory = in_memory(max_tokens=200)
-    cid = memory.new_conversation()
-    odd: list[ModelMessage] = [
+    def __init__(self, x: int) -> None:
+        self.x = x
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Opaque) and other.x == self.x
+
+    __hash__ = None  # type: ignore[assignment]  # unhashable: __eq__ is redefined
+
+
+def opaque(x: int) -> Any:
+    class Local(Opaque):  # pickle cannot name a class defined in a function
+        pass
+
+    return Local(x)
+
+
+def tool_turn(value: object) -> list[ModelMessage]:
+    """A turn whose response carries ``value`` where no text is counted from it."""
+    return [
         ModelRequest(parts=[UserPromptPart(content="call it", timestamp=AT)]),
         ModelResponse(
-            parts=[ToolCallPart(tool_name="f", args={"p": Local(1)}, tool_call_id="c")],
+            parts=[ToolCallPart(tool_name="f", args={"p": 1}, tool_call_id="c")],
+            provider_details={"p": value},
             timestamp=AT,
         ),
     ]
+
+
+def test_messages_that_cannot_be_frozen_nor_pickled_stay_live() -> None:
+    memory = in_memory(max_tokens=200)
+    cid = memory.new_conversation()
+    odd = tool_turn(opaque(1))
     memory.add_turn(cid, "call it", "", odd)
     for i in range(20):
         memory.add_turn(cid, *texts(turn_messages(i)), turn_messages(i))
@@ -196,6 +218,25 @@ def test_messages_that_cannot_be_pickled_stay_live() -> None:
     assert state.first_in_history > 0
     assert state.records[0][6] == odd  # still the live list
     assert memory.get_turns(cid)[0].raw_messages == odd
+
+
+def test_a_dataclass_of_the_callers_own_is_frozen_as_tuples() -> None:
+    @dataclasses.dataclass
+    class Local:  # pickle could not name it; the tuple form holds its class by index
+        x: int
+
+    memory = in_memory(max_tokens=200)
+    cid = memory.new_conversation()
+    odd = tool_turn(Local(1))
+    memory.add_turn(cid, "call it", "", odd)
+    for i in range(20):
+        memory.add_turn(cid, *texts(turn_messages(i)), turn_messages(i))
+    state = memory._conversations.states[cid]
+    assert state.first_in_history > 0
+    assert type(state.records[0][6]) is tuple
+    back = memory.get_turns(cid)[0].raw_messages
+    assert back == odd
+    assert back[1].provider_details["p"] is not odd[1].provider_details["p"]  # type: ignore[union-attr,index]  # a ModelResponse with provider details, built above
 
 
 def test_frozen_turns_come_back_when_the_window_grows() -> None:
