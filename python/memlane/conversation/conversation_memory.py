@@ -64,6 +64,7 @@ from memlane.conversation.turn_plans import (
     check_metadata,
     transcript_plan,
 )
+from memlane.messages import message_classes
 from memlane.stores._base import read_only_error
 from memlane.stores.memory import InMemoryStore
 from memlane.stores.protocol import MemoryStore
@@ -267,20 +268,33 @@ class ConversationMemory:
             UnstorableValueError: ``metadata`` cannot be persisted (nothing is stored).
         """
         # Validated and counted here, before the plan takes the lock: counting is the costly
-        # part of a turn, and a bad argument fails before anything is stored.
+        # part of a turn, and a bad argument fails before anything is stored. Each check is
+        # inline where it passes (every turn's path); the full one names what failed.
         conversations = self._conversations
-        cid = check_cid(conversation_id)
-        prompt = check_str(user_prompt, "user_prompt")
-        response = check_str(assistant_response, "assistant_response")
-        # An empty list is what code written for the older design passes for "none".
-        messages = (
-            None
-            if raw_messages is None or (isinstance(raw_messages, list | tuple) and not raw_messages)
-            else check_messages(raw_messages)
+        cid = conversation_id
+        if type(cid) is not str or not cid or "\x00" in cid:
+            cid = check_cid(cid)
+        prompt = user_prompt if type(user_prompt) is str else check_str(user_prompt, "user_prompt")
+        response = (
+            assistant_response
+            if type(assistant_response) is str
+            else check_str(assistant_response, "assistant_response")
         )
-        meta = check_metadata(metadata, persistent=conversations.persistent)
-        if pinned is not False and check_flag(pinned, "pinned"):  # checked only when given
-            meta = {**(meta or {}), "pinned": True}
+        messages: list[ModelMessage] | None = None
+        if type(raw_messages) is list and message_classes().issuperset(map(type, raw_messages)):
+            # memlane's own list (the caller may reuse theirs); an empty one is what code
+            # written for the older design passes for "none"
+            messages = list(raw_messages) if raw_messages else None
+        elif raw_messages is not None and not (
+            isinstance(raw_messages, list | tuple) and not raw_messages
+        ):
+            messages = check_messages(raw_messages)
+        if metadata is None and pinned is False:
+            meta = None
+        else:
+            meta = check_metadata(metadata, persistent=conversations.persistent)
+            if pinned is not False and check_flag(pinned, "pinned"):  # checked only when given
+                meta = {**(meta or {}), "pinned": True}
         pinned = meta is not None and meta.get("pinned") is True
         tokens = self._reads.counter.count_turn(prompt, response, messages)
         new = NewTurn(cid, prompt, response, messages, meta, tokens)
