@@ -11,6 +11,7 @@ import functools
 import hashlib
 import json
 import re
+import urllib.parse
 from decimal import Decimal
 from typing import Any
 
@@ -21,7 +22,15 @@ from memlane.stores._connect import utf8_problem
 from memlane.stores._pg_vectors import PgVectors
 from memlane.stores.protocol import find_in_json
 
-__all__ = ["PgSql", "cannot_hold", "check_schema_name", "jsonb_text", "text_problem"]
+__all__ = [
+    "PgSql",
+    "cannot_hold",
+    "check_schema_name",
+    "jsonb_text",
+    "keep_session",
+    "split_connect_timeout",
+    "text_problem",
+]
 
 
 def text_problem(text: str) -> str | None:
@@ -32,7 +41,12 @@ def text_problem(text: str) -> str | None:
 
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
-_EXPONENT_NUMBER = re.compile(r"[0-9][eE][+-]?[0-9]")
+# A number written with an exponent, as a JSON token after ":", "," or "[" (dumps_json
+# writes no spaces; a lone number is checked apart). Inside a string the same letters are no
+# number: a hex id like "4e8a..." would send the whole value down the slow path, a walk in
+# Python. A string holding ":1e5" still matches, harmlessly. The class leads, not an
+# alternation with "^", so the scan skips to candidates at C speed.
+_EXPONENT_NUMBER = re.compile(r"[:,\[]-?[0-9]+(?:\.[0-9]+)?[eE][+-]?[0-9]")
 
 
 def check_schema_name(schema_name: object) -> str:
@@ -51,6 +65,46 @@ def check_schema_name(schema_name: object) -> str:
             f"not starting with a digit, at most 63 characters), got {schema_name!r}"
         )
     return schema_name
+
+
+def split_connect_timeout(url: str) -> tuple[str, float | None]:
+    """``url`` without libpq's ``connect_timeout`` option, and that option's seconds.
+
+    asyncpg does not know the option and would send it to the server as a setting, which
+    the server refuses; the store applies it as its connect timeout instead.
+
+    Raises:
+        InvalidValueError: ``connect_timeout`` is not a positive number of seconds.
+    """
+    parts = urllib.parse.urlsplit(url)
+    if "connect_timeout" not in parts.query:
+        return url, None
+    query = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
+    found = [value for name, value in query if name == "connect_timeout"]
+    if not found:
+        return url, None
+    try:
+        seconds = float(found[-1])
+    except ValueError:
+        seconds = 0.0
+    if not 0 < seconds < float("inf"):
+        raise InvalidValueError(
+            f"connect_timeout in the URL must be a positive number of seconds, got {found[-1]!r}"
+        )
+    rest = urllib.parse.urlencode([(n, v) for n, v in query if n != "connect_timeout"])
+    return urllib.parse.urlunsplit(parts._replace(query=rest)), seconds
+
+
+async def keep_session(connection: Any) -> None:
+    """What a connection needs before it goes back to the pool: nothing the pool has not done.
+
+    asyncpg's default reset sends ``pg_advisory_unlock_all(); CLOSE ALL; UNLISTEN *; RESET
+    ALL`` after every statement, a second round trip each time. The pool rolls back an open
+    transaction itself before calling this, and memlane leaves nothing else in a session:
+    its advisory locks are transaction-scoped, its cursors live in transactions, it never
+    listens, and its only setting is ``SET LOCAL`` (the read-only flag is a connection
+    parameter, which ``RESET ALL`` would keep anyway).
+    """
 
 
 def _float_text(value: float) -> str:
@@ -120,7 +174,7 @@ def jsonb_text(value: Any, text: str, *, entry_id: str, field: str) -> str:
         found = _find_text_problem(value, field)
         if found is not None:
             raise cannot_hold(entry_id, *found)
-    if _EXPONENT_NUMBER.search(text):
+    if _EXPONENT_NUMBER.search(text) or (text[0] in "-0123456789" and "e" in text.lower()):
         return _jsonb_encode(value)
     return text
 
@@ -317,6 +371,26 @@ $body$;
         self.save_if = (
             f"SELECT {s}.save_entry_if($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
         )
+        # A log's append: the insert lands only on a free key (and a new entry_id); when it
+        # does not, the same statement reads the keys from it up to $11. Always one row at
+        # least: the first column says whether the insert landed. The read's snapshot is the
+        # statement's, so a winner that committed while the insert waited for it is not in
+        # it; the store then asks again (save_entry_if, load_range), as it does for an
+        # expired holder or an entry_id held elsewhere, which save_if replaces or moves.
+        self.save_if_absent = f"""
+WITH ins AS (
+    INSERT INTO {t} (entry_id, namespace, scope, key, content, metadata, created_at,
+                     expires_at, importance, version)
+    VALUES ($2, $1, $3, $4, $5, $6, $7, $8, $9, 1)
+    ON CONFLICT DO NOTHING
+    RETURNING 1
+), after AS (
+    SELECT {columns} FROM {t}
+     WHERE namespace = $1 AND key >= $4 AND key < $11
+       AND (expires_at IS NULL OR expires_at > $10) AND NOT EXISTS (SELECT 1 FROM ins)
+)
+SELECT EXISTS (SELECT 1 FROM ins), after.* FROM (VALUES (1)) AS one
+  LEFT JOIN after ON TRUE ORDER BY after.key"""
         live = "(expires_at IS NULL OR expires_at > $2)"
         self.load = f"SELECT {columns} FROM {t} WHERE namespace = $1 AND {live} ORDER BY seq"
         self.load_by_key = f"SELECT {columns} FROM {t} WHERE namespace = $1 AND {live} AND key = $3"

@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import urllib.parse
 import warnings
+from collections.abc import Awaitable
 from datetime import datetime
 from typing import Any
 
 from memlane._validate import check_positive_int, type_name
-from memlane.errors import InvalidValueError, NotAStoreError, StoreError
+from memlane.errors import NotAStoreError, StoreError
 from memlane.stores import _pg_search
+from memlane.stores._base import blocking
 from memlane.stores._connect import IndexFallbackWarning, require
 from memlane.stores._network_vectors import NetworkVectorStore
 from memlane.stores._pg_sql import (
@@ -25,42 +26,23 @@ from memlane.stores._pg_sql import (
     cannot_hold,
     check_schema_name,
     jsonb_text,
+    keep_session,
+    split_connect_timeout,
     text_problem,
 )
 from memlane.stores._pg_vectors import VECTOR, PgVectorOps
-from memlane.stores.protocol import SearchHit, entry_to_row, row_to_entry
+from memlane.stores.protocol import (
+    SearchHit,
+    check_key_range,
+    check_keyed_entry,
+    check_namespace,
+    entry_to_row,
+    row_to_entry,
+)
 from memlane.stores.vectors import EntryVector
 from memlane.types import MemoryEntry, as_utc, utc_now
 
 __all__ = ["PostgreSQLStore", "check_schema_name"]
-
-
-def _split_connect_timeout(url: str) -> tuple[str, float | None]:
-    """``url`` without libpq's ``connect_timeout`` option, and that option's seconds.
-
-    asyncpg does not know the option and would send it to the server as a setting, which
-    the server refuses; the store applies it as its connect timeout instead.
-
-    Raises:
-        InvalidValueError: ``connect_timeout`` is not a positive number of seconds.
-    """
-    parts = urllib.parse.urlsplit(url)
-    if "connect_timeout" not in parts.query:
-        return url, None
-    query = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
-    found = [value for name, value in query if name == "connect_timeout"]
-    if not found:
-        return url, None
-    try:
-        seconds = float(found[-1])
-    except ValueError:
-        seconds = 0.0
-    if not 0 < seconds < float("inf"):
-        raise InvalidValueError(
-            f"connect_timeout in the URL must be a positive number of seconds, got {found[-1]!r}"
-        )
-    rest = urllib.parse.urlencode([(n, v) for n, v in query if n != "connect_timeout"])
-    return urllib.parse.urlunsplit(parts._replace(query=rest)), seconds
 
 
 def _affected(status: str) -> int:
@@ -79,7 +61,9 @@ class PostgreSQLStore(NetworkVectorStore[Any]):
     the same way in one round trip, all or nothing. :meth:`save_if` is one call of another
     function, which locks the key's row while it judges the version (or, for a free key, lets
     the unique index pick the one insert that lands). ``key`` is collated ``"C"`` (code-point
-    order), so :meth:`load_range` reads the (namespace, key) index in order. Tables made
+    order), so :meth:`load_range` reads the (namespace, key) index in order.
+    :meth:`save_if_absent` appends to a log in one statement: an insert that lands only on a
+    free key, and after a lost race the keys from it on. Tables made
     before versions existed gain the ``version`` column (their rows at 0) and the collation
     on first use.
 
@@ -160,7 +144,7 @@ class PostgreSQLStore(NetworkVectorStore[Any]):
         self.pool_min_size = pool_min_size
         self.schema_name = check_schema_name(schema_name)
         self._sql = PgSql(schema_name)
-        self._dsn, connect_timeout = _split_connect_timeout(self._url)
+        self._dsn, connect_timeout = split_connect_timeout(self._url)
         self.connect_timeout = self.timeout if connect_timeout is None else connect_timeout
         # Until migration finds the indexes: the statement that searches by words alone.
         self._search: str = self._sql.search(None, led=False)
@@ -175,6 +159,7 @@ class PostgreSQLStore(NetworkVectorStore[Any]):
                 max_size=self.pool_size,
                 timeout=self.connect_timeout,
                 command_timeout=self.timeout,
+                reset=keep_session,
                 # The server refuses every write of a read-only store's sessions, whatever
                 # a bug in memlane might send.
                 server_settings={"default_transaction_read_only": "on"} if self.read_only else None,
@@ -394,6 +379,60 @@ class PostgreSQLStore(NetworkVectorStore[Any]):
         return bool(
             await pool.fetchval(self._sql.save_if, namespace, *params, expected, now, retry)
         )
+
+    async def async_save_if_absent(
+        self, namespace: str, entry: MemoryEntry, stop: str
+    ) -> tuple[bool, list[MemoryEntry]]:
+        """``save_if(namespace, entry, None)`` and, after a loss, ``load_range(namespace,
+        entry.key, stop)``: one statement, one round trip, in the usual case.
+
+        Returns:
+            ``(True, [])`` when the entry was written (at version 1); ``(False, entries)``
+            when an unexpired entry held its key: the unexpired keyed entries from
+            ``entry.key`` up to ``stop``, in key order, the winner first.
+
+        Raises:
+            TypeError: ``entry.key`` is ``None``, ``stop`` is not a ``str``, or content or
+                metadata is not plain JSON.
+            InvalidValueError: A value PostgreSQL cannot hold (a ``ValueError``).
+            ReadOnlyStoreError: The store was opened read-only.
+            StoreConnectionError: The server is unreachable (after one retry).
+        """
+        check_namespace(namespace)
+        check_keyed_entry(entry)
+        check_key_range(entry.key, stop)
+        params = self._prepare(namespace, [entry])[0]
+        self._check_names(stop=stop)
+        self._check_write()
+        attempts = 0
+
+        def attempt(pool: Any) -> Awaitable[tuple[bool, list[MemoryEntry]]]:
+            nonlocal attempts
+            attempts += 1
+            return self._do_save_if_absent(pool, namespace, params, stop, attempts > 1)
+
+        return await self._call(attempt)
+
+    save_if_absent = blocking(async_save_if_absent)
+
+    async def _do_save_if_absent(
+        self, pool: Any, namespace: str, params: tuple[Any, ...], stop: str, retry: bool
+    ) -> tuple[bool, list[MemoryEntry]]:
+        records = await pool.fetch(self._sql.save_if_absent, namespace, *params, utc_now(), stop)
+        if records[0][0]:
+            return True, []
+        entries = [self._entry(tuple(r)[1:]) for r in records if r[1] is not None]
+        key = params[2]
+        if not entries or entries[0].key != key:
+            # The holder is not in the statement's snapshot (it committed while the insert
+            # waited), is expired, or another key holds this entry_id: save_if decides.
+            if await self._do_save_if(pool, namespace, params, None, retry):
+                return True, []
+            return False, await self._do_load_range(pool, namespace, key, stop, utc_now())
+        # A retry after a dropped connection: the first attempt's insert may have landed.
+        if retry and entries[0].entry_id == params[0] and entries[0].version == 1:
+            return True, []
+        return False, entries
 
     async def _do_load_range(
         self, pool: Any, namespace: str, start: str, stop: str, now: datetime
