@@ -10,7 +10,8 @@ the result the plan receives back (``Load`` gives ``list[MemoryEntry]``).
 :class:`Then` maps an operation's result (``Then(LoadByKey(ns, key), is_present)``), for a
 plan method whose whole plan is one store call and a small step after it.
 
-Stores without the optional methods (``save_many``, ``save_if``, ``load_range``) are served by
+Stores without the optional methods (``save_many``, ``save_if``, ``load_range``,
+``save_if_absent``) are served by
 :mod:`memlane.stores.fallbacks`; the operations never look a method up by name.
 """
 
@@ -48,6 +49,7 @@ __all__ = [
     "Namespaces",
     "Save",
     "SaveIf",
+    "SaveIfAbsent",
     "SaveMany",
     "SaveVectors",
     "Search",
@@ -249,6 +251,30 @@ class SaveIf(StoreOp[bool]):
         return await fallbacks.async_save_if(
             store, self.namespace, self.entry, self.expected_version
         )
+
+
+@dataclass(frozen=True, slots=True)
+class SaveIfAbsent(StoreOp["tuple[bool, list[MemoryEntry]]"]):
+    """Writes ``entry`` if its key is free; after a loss, what holds ``[entry.key, stop)``.
+
+    The result is ``(won, entries)``: ``(True, [])``, or ``(False, entries)`` with the
+    unexpired keyed entries from ``entry.key`` up to ``stop`` (see
+    :func:`memlane.stores.fallbacks.save_if_absent`). How a log appends: the write of the
+    next key and, when another writer took it first, the read of what it wrote, in one
+    round trip on a store that can.
+    """
+
+    namespace: str
+    entry: MemoryEntry
+    stop: str
+
+    def run(self, store: MemoryStore) -> tuple[bool, list[MemoryEntry]]:
+        """``store.save_if_absent`` (``save_if``, then ``load_range`` after a loss, without it)."""
+        return fallbacks.save_if_absent(store, self.namespace, self.entry, self.stop)
+
+    async def run_async(self, store: MemoryStore) -> tuple[bool, list[MemoryEntry]]:
+        """``store.async_save_if_absent`` (composed, for a store without it)."""
+        return await fallbacks.async_save_if_absent(store, self.namespace, self.entry, self.stop)
 
 
 @dataclass(frozen=True, slots=True)

@@ -152,13 +152,21 @@ class ConversationCache:
     # ------------------------------------------------------------------ loading
 
     def coherent_plan(
-        self, cid: str, *, create: bool, budget: ConversationBudget | None = None
+        self,
+        cid: str,
+        *,
+        create: bool,
+        budget: ConversationBudget | None = None,
+        catch_up: bool = True,
     ) -> Plan[ConversationState | None]:
         """The conversation as the store holds it now (created if asked, keeping ``budget``,
         by default this memory's; ``None`` if unknown).
 
         A cached state is caught up with what other hosts committed; on a store that is not
-        persisted the cache is the store.
+        persisted the cache is the store. ``catch_up=False`` leaves a cached state as it is,
+        for a caller whose next step is a write at the state's head: that write only lands
+        if nobody wrote there first, and when it does not, what it returns is the catch-up
+        (:meth:`apply_plan`).
 
         Raises:
             ReadOnlyStoreError: ``create`` on a store opened read-only (before the cache
@@ -179,6 +187,8 @@ class ConversationCache:
         if state is None:
             return (yield from self._load_plan(cid, create=create, budget=budget))
         self.states.move_to_end(cid)
+        if not catch_up:
+            return state
         return (yield from self.catch_up_plan(cid, state, create=create))
 
     def _still_alive_plan(
@@ -325,6 +335,13 @@ class ConversationCache:
         ``None`` when another host cleared the conversation and ``create`` is false.
         """
         events: list[MemoryEntry] = yield LoadRange(namespace(cid), log_key(state.head), LOG_STOP)
+        return (yield from self.apply_plan(cid, state, events, create=create))
+
+    def apply_plan(
+        self, cid: str, state: ConversationState, events: list[MemoryEntry], *, create: bool
+    ) -> Plan[ConversationState | None]:
+        """``state`` with ``events``, the log from its head on, applied (see
+        :meth:`catch_up_plan`)."""
         for event in events:
             if not apply_event(state, event):
                 # This host missed events that a summary has since compacted away, or the

@@ -11,7 +11,9 @@ conversations. Every plan first brings its cached state up to date with what the
 (:meth:`~memlane.conversation.conversation_cache.ConversationCache.coherent_plan`: one
 indexed range read when nothing changed), and every write is a conditional one: a turn or a
 summary takes the next log slot only if nobody took it first (see
-:mod:`memlane.conversation.conversation_log`).
+:mod:`memlane.conversation.conversation_log`). Adding a turn skips the read: its write
+(:class:`~memlane._ops.SaveIfAbsent`) is the check, and answers a lost race with what the
+other hosts wrote, so a turn is one round trip on PostgreSQL.
 """
 
 from __future__ import annotations
@@ -20,10 +22,11 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from memlane._ops import LoadRange, SaveIf, SaveMany
+from memlane._ops import LoadRange, SaveIf, SaveIfAbsent, SaveMany
 from memlane._runner import Plan
 from memlane.conversation.conversation_cache import ConversationCache
 from memlane.conversation.conversation_log import (
+    LOG_STOP,
     TRANSCRIPT_PREFIX,
     TRANSCRIPT_STOP,
     namespace,
@@ -129,7 +132,10 @@ def add_turn_plan(
     extraction and summaries (see :meth:`RollingSummaries.after_turn_plan`)."""
     cid = new.cid
     yield from conversations.locked(cid)
-    state = yield from conversations.coherent_plan(cid, create=True)
+    # No separate catch-up with other hosts: the write at the cached head lands only if
+    # nobody wrote there (the log is dense, so then nothing follows the head either), and
+    # when another host did, the write's answer is what it missed.
+    state = yield from conversations.coherent_plan(cid, create=True, catch_up=False)
     assert state is not None
     pinned = new.metadata is not None and new.metadata.get("pinned") is True
     if pinned:
@@ -139,11 +145,11 @@ def add_turn_plan(
         entry_id = uuid.uuid4().hex
         while True:
             turn = next_turn(state, new)
-            won = yield SaveIf(ns, turn_entry(turn, entry_id, state.head), None)
+            won, missed = yield SaveIfAbsent(ns, turn_entry(turn, entry_id, state.head), LOG_STOP)
             if won:
                 break
-            # Another host took this slot: read what it wrote, then take the next one.
-            caught_up = yield from conversations.catch_up_plan(cid, state, create=True)
+            # Another host took this slot: apply what it wrote, then take the next one.
+            caught_up = yield from conversations.apply_plan(cid, state, missed, create=True)
             assert caught_up is not None
             state = caught_up
             if pinned:  # another host's pins count too

@@ -8,27 +8,53 @@ from ``save``, ``load`` and ``load_by_key``. Only for one process: the conversat
 serialises its writers there, but nothing guards against another process, so a shared store
 needs the real methods.
 
+``save_if_absent`` is optional for every store: the write of a log's next key and, when
+another writer took that key first, the read of what it wrote, in one round trip where the
+store can (PostgreSQL); elsewhere :func:`save_if_absent` composes it from ``save_if`` and,
+only after a lost race, ``load_range``.
+
 The typed store operations (:mod:`memlane._ops`) call these, so a plan never asks what a store
 can do. This module imports no store at run time, so the operations' layer can use it.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, TypeGuard
+from typing import TYPE_CHECKING, Protocol, TypeGuard
+
+from memlane._validate import check_str
 
 if TYPE_CHECKING:
     from memlane.stores.protocol import ConditionalStore, MemoryStore
     from memlane.types import MemoryEntry
 
 __all__ = [
+    "AbsentSaver",
     "VectorFallbackWarning",
     "async_load_range",
     "async_save_if",
+    "async_save_if_absent",
     "async_save_many",
     "load_range",
     "save_if",
+    "save_if_absent",
     "save_many",
 ]
+
+
+class AbsentSaver(Protocol):
+    """A store with its own ``save_if_absent`` (see :func:`save_if_absent` for the contract)."""
+
+    def save_if_absent(
+        self, namespace: str, entry: MemoryEntry, stop: str
+    ) -> tuple[bool, list[MemoryEntry]]:
+        """Saves ``entry`` if its key is free; else the entries from its key up to ``stop``."""
+        ...
+
+    async def async_save_if_absent(
+        self, namespace: str, entry: MemoryEntry, stop: str
+    ) -> tuple[bool, list[MemoryEntry]]:
+        """Async :meth:`save_if_absent`."""
+        ...
 
 
 class VectorFallbackWarning(UserWarning):
@@ -104,6 +130,41 @@ async def async_load_range(
     if _conditional(store, "async_load_range"):
         return await store.async_load_range(namespace, start, stop)
     return _in_range(await store.async_load(namespace), start, stop)
+
+
+def save_if_absent(
+    store: MemoryStore, namespace: str, entry: MemoryEntry, stop: str
+) -> tuple[bool, list[MemoryEntry]]:
+    """``save_if(namespace, entry, None)``, and after a loss what holds the keys it contended for.
+
+    Returns ``(True, [])`` when the write won; ``(False, entries)`` when an unexpired entry
+    held ``entry.key``, ``entries`` being :func:`load_range` of ``[entry.key, stop)`` read after
+    the loss: the entry that won and whatever followed it (empty only if they went since).
+    A store's own ``save_if_absent`` does both in one round trip; for every other store this
+    is ``save_if``, then ``load_range`` only after a loss.
+    """
+    if _absent_saver(store):
+        return store.save_if_absent(namespace, entry, stop)
+    check_str(stop, "stop")
+    if save_if(store, namespace, entry, None):
+        return True, []
+    return False, load_range(store, namespace, _key(entry), stop)
+
+
+async def async_save_if_absent(
+    store: MemoryStore, namespace: str, entry: MemoryEntry, stop: str
+) -> tuple[bool, list[MemoryEntry]]:
+    """Async :func:`save_if_absent`."""
+    if _absent_saver(store):
+        return await store.async_save_if_absent(namespace, entry, stop)
+    check_str(stop, "stop")
+    if await async_save_if(store, namespace, entry, None):
+        return True, []
+    return False, await async_load_range(store, namespace, _key(entry), stop)
+
+
+def _absent_saver(store: object) -> TypeGuard[AbsentSaver]:
+    return hasattr(store, "save_if_absent")
 
 
 def _key(entry: MemoryEntry) -> str:
