@@ -12,6 +12,8 @@ use regex_automata::util::syntax;
 use regex_automata::{Anchored, Input, MatchKind};
 use rustc_hash::FxHashMap;
 
+mod periodic;
+
 /// The BPE encodings memlane can count with. Both rank files are embedded in the binary.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Encoding {
@@ -423,7 +425,9 @@ impl ExactCounter {
             return 1;
         }
         if piece.len() >= LARGE_PIECE {
-            return self.merge_large(piece);
+            // One character or a short pattern repeated (the worst case of the heap merge:
+            // every pair alike) is merged on one period; anything else by the heap.
+            return periodic::count(self, piece).unwrap_or_else(|| self.merge_large(piece));
         }
         if let Some(&count) = cache.get(piece) {
             return count;

@@ -5,7 +5,8 @@ delegates the counting to one of the two.
 The byte-pair merge follows tiktoken exactly — repeatedly merge the adjacent pair with the
 lowest rank, leftmost first — so counts agree with the Rust path for every input. Long
 pieces use a heap with lazy invalidation (O(n log n)) instead of the O(n^2) rescan, which is
-what keeps a megabyte without whitespace in bounded time.
+what keeps a megabyte without whitespace in bounded time; a periodic piece (one character
+repeated) is merged on one period (`memlane._pure.periodic`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import heapq
 import threading
 from importlib import resources
 from typing import Final
+
+from memlane._pure import periodic
 
 ENCODING_NAMES: Final = ("cl100k_base", "o200k_base")
 """The bundled encodings, sorted (both implementations count with exactly these)."""
@@ -191,7 +194,11 @@ class _Bpe:
                 elif len(raw) < _LARGE_PIECE:
                     cached = _merge_small(self.ranks, raw)
                 else:
-                    cached = _merge_large(self.ranks, raw)
+                    # One character or a short pattern repeated (the heap's worst case: every
+                    # pair alike) is merged on one period; anything else by the heap.
+                    cached = periodic.count(self.ranks, raw)
+                    if cached is None:
+                        cached = _merge_large(self.ranks, raw)
                 if len(raw) < _LARGE_PIECE:
                     if len(cache) >= _CACHE_LIMIT:
                         cache.clear()
