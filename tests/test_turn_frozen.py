@@ -234,3 +234,38 @@ class TestMessageTexts:
 
         messages: list[ModelMessage] = [ModelResponse(parts=[TextPart(content=Text("x y"))])]
         assert message_texts(messages) == texts_by_rule(messages) == ["x y"]
+
+
+class TestShapesAcrossThreads:
+    """Threads freezing objects of new shapes at once each thaw their own."""
+
+    def test_new_shapes_from_many_threads(self) -> None:
+        import dataclasses
+        import threading
+
+        barrier = threading.Barrier(8)
+        failures: list[str] = []
+
+        def work(n: int) -> None:
+            kinds = [
+                dataclasses.make_dataclass(f"K{n}_{i}", [(f"f{n}_{i}", int)]) for i in range(50)
+            ]
+            barrier.wait()
+            for i, kind in enumerate(kinds):
+                messages: list[ModelMessage] = [
+                    ModelResponse(
+                        parts=[TextPart(content=f"{n} {i}")],
+                        provider_details={"v": kind(i)},
+                        timestamp=AT,
+                    )
+                ]
+                frozen = freeze_messages(messages)
+                if type(frozen[0]) is not int or unpack_messages(frozen) != messages:
+                    failures.append(f"{n} {i}")
+
+        threads = [threading.Thread(target=work, args=(n,)) for n in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert failures == []

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import pickle
+import threading
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -204,9 +205,22 @@ _LIST, _DICT, _TUPLE = -1, -2, -3
 
 _shapes: list[tuple[type, tuple[str, ...]]] = []
 """The (class, attribute names) of every object shape frozen so far: a frozen object holds
-its shape's index, an ``int``, so the frozen form holds no class. Appended only (under the
-GIL, a list append is atomic), so an index never changes."""
+its shape's index, an ``int``, so the frozen form holds no class. Appended only, so an index
+never changes."""
 _shape_ids: dict[tuple[type, tuple[str, ...]], int] = {}
+_shapes_lock = threading.Lock()
+
+
+def _new_shape(shape: tuple[type, tuple[str, ...]]) -> int:
+    """The index of a shape not seen yet (or seen by another thread meanwhile)."""
+    with _shapes_lock:  # two threads must not read each other's index as their own
+        index = _shape_ids.get(shape)
+        if index is None:
+            _shapes.append(shape)
+            index = _shape_ids[shape] = len(_shapes) - 1
+        return index
+
+
 _plain_classes: dict[type, bool] = {}
 
 _PICKLING = ("__new__", "__reduce_ex__", "__reduce__", "__getstate__")
@@ -265,8 +279,7 @@ def _flatten(value: Any, marks: list[int], values: list[Any]) -> bytes:
         shape = (cls, tuple(fields))
         code = _shape_ids.get(shape, -4)
         if code < 0:
-            _shapes.append(shape)
-            code = _shape_ids[shape] = len(_shapes) - 1
+            code = _new_shape(shape)
         items = [
             item if type(item) in atoms else _flatten(item, marks, values)
             for item in fields.values()

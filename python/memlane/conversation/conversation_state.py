@@ -33,10 +33,10 @@ tuple of strings and numbers, which Python's cyclic garbage collector stops trac
 frozen when it leaves the window, not when it is added: nothing reads the frozen form before,
 and a turn still in the history costs no serialisation at all. (A persistent store's entry is
 the turn's JSON, made once, by :func:`turn_entry`.) Keeping every turn live would spare the
-freeze (~20 us a turn with usage and model names) and even some memory (pickle holds the texts
-a second time), and the collector's amortised cost measured only ~5 us a turn more at 100,000
-turns; but each retained turn would add ~9 tracked objects, and a host holding millions of
-turns would pause for seconds in every full collection.
+freeze (~7 us a turn with usage and model names; a pickle cost twice that) and the
+collector's amortised cost measured only ~5 us a turn more at 100,000 turns; but each
+retained turn would add ~9 tracked objects, and a host holding millions of turns would pause
+for seconds in every full collection.
 """
 
 
@@ -163,6 +163,8 @@ class ConversationState:
 
     def _sync_window(self) -> None:
         start = self.ledger.window_start
+        if start == self.window_from:  # a turn that pushed none out
+            return
         window = self.window
         while self.window_from < start and window:
             messages = window.popleft()
@@ -240,14 +242,15 @@ class ConversationState:
         and it is frozen when it leaves (see :data:`Record`).
         """
         # Those of a turn given as strings only if something has built them already.
-        messages = turn.__dict__.get("raw_messages")
+        values = turn.__dict__
+        messages = values.get("raw_messages")
         record: Record = (
-            turn.turn_id,
-            turn.user_prompt,
-            turn.assistant_response,
-            turn.token_estimate,
-            turn.timestamp,
-            turn.metadata or None,
+            values["turn_id"],
+            values["user_prompt"],
+            values["assistant_response"],
+            values["token_estimate"],
+            values["timestamp"],
+            values["metadata"] or None,
             None if default_messages else messages,
         )
         self.append_record(record, entry_id, messages)
@@ -374,17 +377,17 @@ class ConversationState:
         window = self.window
         for at in range(len(sizes), len(window)):
             messages = window[at]
-            if messages is None:
-                messages = self._decode(at)
+            if messages is None:  # decoded from its record, and kept
+                record = self.records[self.window_from + at - self.ledger.offset]
+                payload = record[6]
+                messages = window[at] = (
+                    default_messages(record[1], record[2], record[4])
+                    if payload is None
+                    else unpack_messages(payload)
+                )
             flat.extend(messages)
             sizes.append(len(messages))
         return flat
-
-    def _decode(self, at: int) -> list[ModelMessage]:
-        """The messages of window entry ``at``, decoded from its record and kept."""
-        messages = _unpack(self.records[self.window_from + at - self.ledger.offset])
-        self.window[at] = messages
-        return messages
 
     @property
     def history_tokens(self) -> int:
