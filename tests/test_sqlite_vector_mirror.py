@@ -326,6 +326,70 @@ class TestTheMirrorFollowsEveryWrite:
             assert [h.entry.entry_id for h in found] == [b.entry_id, a.entry_id]
 
 
+class TestALargeMirrorSplitsItsPass:
+    """A mirror large enough that the Rust pass splits over the cores answers as the file."""
+
+    # 16,384 rows of 256 dimensions: two parts' worth of codes (the Rust mirror starts a
+    # thread per 2^21 codes, up to one per core).
+    ROWS = 16_384
+    WIDE = 256
+
+    def test_every_search_is_the_files(self, impl: _backend.Implementation, tmp_path: Path) -> None:
+        rng = numpy.random.default_rng(26)
+        # Clustered rows with exact duplicates, so scores crowd and tie at every split point.
+        centres = rng.normal(size=(4, self.WIDE))
+        vectors = centres[numpy.arange(self.ROWS) % 4] + 0.3 * rng.normal(
+            size=(self.ROWS, self.WIDE)
+        )
+        vectors[::9] = centres[0]
+        vectors /= numpy.linalg.norm(vectors, axis=1, keepdims=True)
+        entries = [fact(f"f{i}", importance=(0.2, 0.5, 0.9)[i % 3]) for i in range(self.ROWS)]
+        spaces = ["b" if i % 5 == 0 else "a" for i in range(self.ROWS)]
+        path = tmp_path / "v.sqlite3"
+        with SQLiteStore(path) as store:
+            for name in ("a", "b"):
+                held = [
+                    (e, v) for e, v, n in zip(entries, vectors, spaces, strict=True) if n == name
+                ]
+                store.save_many(name, [e for e, _ in held])
+                store.save_vectors(
+                    name,
+                    MODEL,
+                    [
+                        EntryVector(e.entry_id, text_digest(e.metadata[SEARCH_TEXT]), v.tolist())
+                        for e, v in held
+                    ],
+                )
+            gone = utc_now() - timedelta(seconds=1)
+            expired = {entries[i].entry_id for i in range(3, self.ROWS, 97)}
+            for i in range(3, self.ROWS, 97):
+                store.save(spaces[i], entries[i].model_copy(update={"expires_at": gone}))
+            # The file's own floats (float32), scored in float64.
+            stored = vectors.astype(numpy.float32).astype(numpy.float64)
+            queries = [centres[0] / numpy.linalg.norm(centres[0])] + [
+                unit(rng.normal(size=self.WIDE).tolist()) for _ in range(3)
+            ]
+            for query, (names, limit, floor) in zip(
+                queries,
+                [(["a"], 50, 0.0), (["a", "b"], 10, 0.5), (["b"], 1, 0.0), (["a", "b"], 200, 0.2)],
+                strict=True,
+            ):
+                q = numpy.asarray(query, dtype=numpy.float32).astype(numpy.float64)
+                scores = stored @ q
+                # Ties go to importance, then to the older row: "a" was written before "b".
+                hits = sorted(
+                    (-scores[i], -entries[i].importance, (spaces[i], i), i)
+                    for i in range(self.ROWS)
+                    if spaces[i] in names
+                    and entries[i].importance >= floor
+                    and entries[i].entry_id not in expired
+                )[:limit]
+                found = store.vector_search(
+                    names, list(query), model=MODEL, limit=limit, min_importance=floor
+                )
+                assert_matches(found, [(entries[i].entry_id, -score) for score, _, _, i in hits])
+
+
 class TestReadOnlyOpensFollowWithoutWriting:
     """A read-only store builds and updates its mirror from the file and never writes it."""
 

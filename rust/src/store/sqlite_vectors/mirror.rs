@@ -23,16 +23,22 @@
 //!   `crate::vectors::Quantized::bound`), so only rows whose upper bound reaches the `limit`-th best lower
 //!   bound can be among the best, and only those are scored exactly, in f32, as the scan
 //!   scores them. Results are therefore exactly the scan's.
+//! * A large mirror's int8 pass is split over the cores (`prescan`; the caller has
+//!   released the GIL): each part keeps its own floor, each part's floor is a floor for every
+//!   row, and the survivors are rescored in row order, so the answer is the one-thread pass's.
 //! * A mirror belongs to one connection, named by the random id the connection keeps in its
 //!   temporary schema (`MIRROR_ID`): a connection reads one file for its whole life, so a file
 //!   made again at the same path, or another in-memory database, never meets an old mirror.
 //!   The process keeps the few used last.
 
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::vectors::{dot, Candidate, Quantized, Top};
+
+mod prescan;
+
+use prescan::{scan_parts, Prescan};
 
 /// How many mirrors the process keeps (the twin's `KEPT_MIRRORS`).
 pub const KEPT_MIRRORS: usize = 4;
@@ -64,34 +70,6 @@ pub fn mirror_for(connection: &str, model: &str, dims: usize) -> Arc<Mutex<Mirro
 /// A vector's row as the file holds it: seq, float32 little-endian bytes (`None`: no vector
 /// of this mirror's model and dims), namespace, importance, expiry.
 pub type FileRow = (i64, Option<Vec<u8>>, Option<String>, f64, Option<f64>);
-
-/// The int8 estimate of the dot product of two vectors.
-fn estimate(codes: &[i8], scale: f64, other: &[i8], other_scale: f64) -> f64 {
-    // The in-memory index's kernel: exact, and in the lane shape the compiler vectorises
-    // (an iterator sum of the same products was several times slower).
-    let sum: i64 = crate::vectors::int_dot(codes, other);
-    #[allow(clippy::cast_precision_loss)] // |sum| < 2^53: exact
-    let sum = sum as f64;
-    sum * scale * other_scale
-}
-
-/// An f64 ordered totally, for the heap of lower bounds.
-#[derive(Debug, Clone, Copy, PartialEq)]
-struct Ordered(f64);
-
-impl Eq for Ordered {}
-
-impl PartialOrd for Ordered {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-impl Ord for Ordered {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        self.0.total_cmp(&other.0)
-    }
-}
 
 #[derive(Debug, Clone, Copy)]
 struct Filters {
@@ -226,53 +204,54 @@ impl Mirror {
         min_importance: f64,
         now: f64,
     ) -> Vec<(i64, f64)> {
+        self.search_in_parts(
+            namespaces,
+            query,
+            limit,
+            min_importance,
+            now,
+            scan_parts(self.rows.len(), self.dims),
+        )
+    }
+
+    /// `search` with its int8 pass split over `parts` threads (1: on the caller's).
+    fn search_in_parts(
+        &self,
+        namespaces: &[String],
+        query: &[f32],
+        limit: usize,
+        min_importance: f64,
+        now: f64,
+        parts: usize,
+    ) -> Vec<(i64, f64)> {
         let wanted: Vec<u32> = namespaces
             .iter()
             .filter_map(|n| self.namespaces.get(n).copied())
             .collect();
-        if wanted.is_empty() || query.len() != self.dims {
-            return Vec::new();
-        }
-        if limit == 0 {
+        if wanted.is_empty() || query.len() != self.dims || limit == 0 {
             return Vec::new();
         }
         let dims = self.dims;
         let q = Quantized::new(query);
-        let query_norm = query
-            .iter()
-            .map(|&f| f64::from(f) * f64::from(f))
-            .sum::<f64>()
-            .sqrt()
-            * (1.0 + 1e-9);
-        // The `limit` best lower bounds so far (a min-heap): no row whose upper bound is below
-        // the least of them can be among the best.
-        let mut lows: BinaryHeap<Reverse<Ordered>> = BinaryHeap::with_capacity(limit + 1);
-        let mut floor = f64::NEG_INFINITY;
-        let mut maybe: Vec<(usize, f64)> = Vec::new();
-        for (at, row) in self.rows.iter().enumerate() {
-            if row.importance < min_importance
-                || row.expires_at.is_some_and(|e| e <= now)
-                || !wanted.contains(&row.namespace)
-            {
-                continue;
-            }
-            let codes = &self.codes[at * dims..(at + 1) * dims];
-            let estimate = estimate(codes, self.scales[at], &q.codes, q.scale);
-            let (error, norm) = self.errors[at];
-            let bound = q.bound(error, norm, query_norm, dims);
-            let upper = estimate + bound;
-            if upper < floor {
-                continue;
-            }
-            maybe.push((at, upper));
-            lows.push(Reverse(Ordered(estimate - bound)));
-            if lows.len() > limit {
-                lows.pop();
-            }
-            if lows.len() == limit {
-                floor = lows.peek().map_or(floor, |low| low.0 .0);
-            }
-        }
+        let wide: Vec<i16> = q.codes.iter().map(|&c| i16::from(c)).collect();
+        let prescan = Prescan {
+            mirror: self,
+            wanted: &wanted,
+            wide: &wide,
+            query_norm: query
+                .iter()
+                .map(|&f| f64::from(f) * f64::from(f))
+                .sum::<f64>()
+                .sqrt()
+                * (1.0 + 1e-9),
+            query: &q,
+            limit,
+            min_importance,
+            now,
+        };
+        let (maybe, floor) = prescan.run_in_parts(parts);
+        // Rows are offered in row order whatever the split, and `Top` orders them totally
+        // (score, importance, seq): the answer does not depend on `parts`.
         let mut top = Top::new(limit);
         for (at, upper) in maybe {
             if upper < floor {
@@ -404,7 +383,7 @@ mod tests {
     }
 
     #[test]
-    fn the_int8_pass_keeps_exactly_the_scans_answer() {
+    fn the_int8_pass_keeps_exactly_the_scans_answer_on_any_number_of_threads() {
         for (round, dims) in [(1u64, 256usize), (2, 7), (3, 64), (4, 1)] {
             let mut stream = Stream(round);
             // Clustered rows (small perturbations of a few centres), exact duplicates for
@@ -459,6 +438,11 @@ mod tests {
                         .map(|c| (kept[c.row].0, c.score))
                         .collect();
                     assert_eq!(mirror.search(&a, &query, limit, 0.25, 10.0), expected);
+                    // Split over threads (more parts than cores too): the same answer.
+                    for parts in [2usize, 3, 7, 250] {
+                        let split = mirror.search_in_parts(&a, &query, limit, 0.25, 10.0, parts);
+                        assert_eq!(split, expected, "{parts} parts");
+                    }
                 }
             }
         }
