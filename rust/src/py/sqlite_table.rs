@@ -125,6 +125,18 @@ impl From<Failure> for PyErr {
     }
 }
 
+/// `kit.entries(rows)`, without reading the kit when there are no rows: the coherence check of a
+/// turn reads the empty range after the log's head, and a miss needs no entry kit.
+fn entries<'py>(
+    kit: &Bound<'py, PyTuple>,
+    rows: &sqlite::Packed,
+) -> PyResult<(Bound<'py, PyList>, Vec<usize>)> {
+    if rows.is_empty() {
+        return Ok((PyList::empty(kit.py()), Vec::new()));
+    }
+    Kit::new(kit)?.entries(rows)
+}
+
 /// The SQLite store: one connection, every call one transaction.
 #[pyclass(frozen, module = "memlane._core")]
 pub struct SqliteTable {
@@ -227,9 +239,8 @@ impl SqliteTable {
         now: f64,
         kit: &Bound<'py, PyTuple>,
     ) -> PyResult<(Bound<'py, PyList>, Vec<usize>)> {
-        let kit = Kit::new(kit)?;
         let rows = self.run(py, |table| table.load_packed(namespace, now))?;
-        kit.entries(&rows)
+        entries(kit, &rows)
     }
 
     /// `load_range` as `(items, odd)`, as `load_entries`.
@@ -242,11 +253,10 @@ impl SqliteTable {
         now: f64,
         kit: &Bound<'py, PyTuple>,
     ) -> PyResult<(Bound<'py, PyList>, Vec<usize>)> {
-        let kit = Kit::new(kit)?;
         let rows = self.run(py, |table| {
             table.load_range_packed(namespace, start, stop, now)
         })?;
-        kit.entries(&rows)
+        entries(kit, &rows)
     }
 
     /// `load_by_key` as a `MemoryEntry`, or the row (a tuple) for `row_to_entry`, or `None`.
@@ -258,9 +268,8 @@ impl SqliteTable {
         now: f64,
         kit: &Bound<'py, PyTuple>,
     ) -> PyResult<Option<Bound<'py, PyAny>>> {
-        let kit = Kit::new(kit)?;
         match self.run(py, |table| table.load_by_key(namespace, key, now))? {
-            Some(row) => Ok(Some(kit.entry_or_row(row)?)),
+            Some(row) => Ok(Some(Kit::new(kit)?.entry_or_row(row)?)),
             None => Ok(None),
         }
     }
