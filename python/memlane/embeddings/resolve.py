@@ -34,6 +34,7 @@ __all__ = [
     "check_embedder_name",
     "embed_documents",
     "embed_query",
+    "embed_rows",
     "embedder_id",
     "is_local",
     "resolve_embedder",
@@ -245,6 +246,32 @@ def embed_documents(embedder: Embedder, texts: Sequence[str]) -> list[list[float
         return _local_documents(local, texts)
     result = _blocking(lambda: embedder.embed_documents(list(texts)))
     return _checked(texts, _units(result.embeddings))
+
+
+def embed_rows(embedder: Embedder, texts: Sequence[str]) -> list[Sequence[float] | None]:
+    """:func:`embed_documents` for a store's ``save_vectors``: the local model's rows come as
+    float32 ``array("f")`` copies of its output rather than lists of Python floats.
+
+    A bulk ingest hands the store 100,000 vectors of 256 numbers: building each as a list of
+    floats, and reading it back into float32 in the store, cost more than embedding it. An
+    ``array("f")`` is a ``Sequence[float]`` every store accepts, and a contiguous buffer the
+    in-memory index copies as it is.
+    """
+    if not texts:
+        return []
+    local = _local(embedder)
+    if local is None:
+        return list(embed_documents(embedder, texts))
+    from array import array
+
+    vectors = local.encode(_encodable_all(texts))
+    norms = (vectors * vectors).sum(axis=1).tolist()
+    width = vectors.shape[1] * 4
+    blob = vectors.astype("<f4", copy=False).tobytes()
+    return [
+        array("f", blob[i * width : (i + 1) * width]) if norm else None
+        for i, norm in enumerate(norms)
+    ]
 
 
 async def async_embed_documents(

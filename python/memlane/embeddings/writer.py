@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from memlane._validate import check_positive_int
-from memlane.embeddings.resolve import embed_documents, embedder_id, is_local
+from memlane.embeddings.resolve import embed_rows, embedder_id, is_local
 from memlane.stores.protocol import SEARCH_TEXT
 from memlane.stores.vectors import EntryVector, text_digest
 
@@ -50,7 +50,7 @@ LINGER = 0.02
 _CACHED = 256
 """The latest vectors made, by text digest: a fact confirmed soon after it was written (saved
 again with the same text, which a store may drop the vector of) costs no second embedding,
-whatever the embedder charges. Lists of floats, so 256 of 256 dimensions hold about 2 MB."""
+whatever the embedder charges. 256 of 256 dimensions hold 256 KB as float32 (2 MB as lists)."""
 
 
 class VectorWriter:
@@ -90,7 +90,7 @@ class VectorWriter:
         self._waiting = 0  # flush() calls waiting: the worker stops lingering for them
         self._closed = False
         self._errors: list[Exception] = []
-        self._cache: OrderedDict[str, list[float]] = OrderedDict()
+        self._cache: OrderedDict[str, Sequence[float]] = OrderedDict()
         self._pid = os.getpid()
 
     @property
@@ -180,8 +180,8 @@ class VectorWriter:
             digest = digests[where] = text_digest(text)
             texts.setdefault(digest, text)
         missing = [d for d in texts if d not in self._cache]
-        made = embed_documents(self._embedder, [texts[d] for d in missing])
-        found: dict[str, list[float] | None] = {d: self._cache.get(d) for d in texts}
+        made = embed_rows(self._embedder, [texts[d] for d in missing])
+        found: dict[str, Sequence[float] | None] = {d: self._cache.get(d) for d in texts}
         found.update(zip(missing, made, strict=True))
         self._remember(missing, made)
         by_namespace: dict[str, list[EntryVector]] = {}
@@ -195,7 +195,7 @@ class VectorWriter:
         for namespace, vectors in by_namespace.items():
             self._store.save_vectors(namespace, self._model, vectors)
 
-    def _remember(self, digests: list[str], vectors: list[list[float] | None]) -> None:
+    def _remember(self, digests: list[str], vectors: list[Sequence[float] | None]) -> None:
         # Only the newest can stay: a bulk write's thousands would all be evicted again.
         for digest, vector in zip(digests[-_CACHED:], vectors[-_CACHED:], strict=True):
             if vector is not None:

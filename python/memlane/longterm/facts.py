@@ -65,6 +65,7 @@ from memlane.longterm.storage import (
     writing_method,
 )
 from memlane.longterm.value_checks import check_enum, check_json_value
+from memlane.stores.protocol import next_version
 from memlane.types import MemoryEntry, utc_now
 
 if TYPE_CHECKING:
@@ -302,7 +303,8 @@ class Facts(StoragePart):
                     "updated_at": utc_now(),
                 }
             )
-            if (yield SaveIf(where, fact_entry(fact, held.entry_id), held.version)):
+            new = fact_entry(fact, held.entry_id, next_version(held.version))
+            if (yield SaveIf(where, new, held.version)):
                 return fact
 
     contradict = writing_method(_contradict)

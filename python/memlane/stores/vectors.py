@@ -14,6 +14,7 @@ This module imports nothing heavy (no numpy): every store and the operations' la
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 import sys
@@ -54,11 +55,14 @@ class EntryVector(NamedTuple):
     vector: Sequence[float]
 
 
+@functools.lru_cache(maxsize=4096)
 def text_digest(text: str) -> str:
     """The digest a vector carries of the text it was made from: hex BLAKE2b, 16 bytes.
 
     ``surrogatepass`` so every Python ``str`` a store accepts has a digest (a lone surrogate
-    would otherwise fail to encode).
+    would otherwise fail to encode). The latest texts' digests are kept: a writer digests a
+    batch, then the store digests the same texts again to check each vector against its
+    entry, and the in-memory store once more when an entry is saved.
 
     Args:
         text: The entry's search text.
@@ -75,6 +79,8 @@ _PLAIN = frozenset({float, int})
 
 def _floats(vector: object, name: str) -> tuple[list[float], float]:
     """The floats of ``vector`` (a new list) and their Euclidean length."""
+    if type(vector) is array and vector.typecode == "f":
+        return _float32s(vector, name)
     # A writer hands over thousands of 256-float lists a second: a list or tuple of plain
     # numbers is checked by C-level passes (their types at once, finiteness through hypot).
     if isinstance(vector, list | tuple) and vector:
@@ -98,6 +104,35 @@ def _floats(vector: object, name: str) -> tuple[list[float], float]:
     if not all(math.isfinite(x) for x in values):
         raise ValueError(f"{name} must hold finite numbers (no NaN or infinity)")
     return values, math.hypot(*values)
+
+
+def _float32s(vector: array[float], name: str) -> tuple[list[float], float]:
+    """:func:`_floats` of a float32 ``array``."""
+    return vector.tolist(), _float32_norm(vector, name)
+
+
+def _float32_norm(vector: array[float], name: str) -> float:
+    """The length of a float32 ``array``: no per-item type checks (every item is a float),
+    finiteness through the length (``hypot`` is NaN or infinite when an item is)."""
+    if not vector:
+        raise ValueError(f"{name} must not be empty")
+    norm = math.hypot(*vector)
+    if not math.isfinite(norm):
+        raise ValueError(f"{name} must hold finite numbers (no NaN or infinity)")
+    return norm
+
+
+def _unit_row(vector: Sequence[float]) -> Sequence[float]:
+    """:func:`unit` that keeps a float32 ``array`` one (a copy, a contiguous buffer the
+    stores encode or copy as it is): what a writer of the local model hands over."""
+    if type(vector) is not array or vector.typecode != "f":
+        return unit(vector)
+    norm = _float32_norm(vector, "vector")
+    if not norm:
+        raise ValueError(f"vector must have a direction, got one of length {norm!r}")
+    if abs(norm - 1.0) <= _UNIT:
+        return array("f", vector)
+    return array("f", [x / norm for x in vector])
 
 
 def check_query_vector(vector: object) -> list[float]:
@@ -171,7 +206,8 @@ def check_model(model: object) -> str:
 
 
 def check_entry_vectors(vectors: object) -> list[EntryVector]:
-    """The ``vectors`` argument of ``save_vectors``, each vector made unit length.
+    """The ``vectors`` argument of ``save_vectors``, each vector made unit length (a list of
+    floats, or a float32 ``array`` for one given as such).
 
     Every vector of one call has the same dimensions: one writer embeds with one model.
 
@@ -188,7 +224,7 @@ def check_entry_vectors(vectors: object) -> list[EntryVector]:
             raise TypeError(f"vectors must hold EntryVector, not {type_name(item)}")
         entry_id = check_str(item.entry_id, "entry_id")
         digest = check_str(item.digest, "digest")
-        vector = unit(item.vector)
+        vector = _unit_row(item.vector)
         if checked and len(vector) != len(checked[0].vector):
             raise ValueError(
                 f"vectors must all have the same dimensions: {len(checked[0].vector)} and "

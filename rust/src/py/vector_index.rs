@@ -3,6 +3,7 @@
 
 use std::sync::{Mutex, MutexGuard};
 
+use pyo3::buffer::PyBuffer;
 use pyo3::prelude::*;
 use pyo3::sync::MutexExt;
 
@@ -11,6 +12,24 @@ use super::memory_table::Key;
 use crate::vectors::{self, Meta};
 
 type Index = vectors::VectorIndex<Py<PyAny>, Key>;
+
+/// A vector as Python hands it over. A float32 buffer (`array("f")`, a numpy row) is copied
+/// in one pass: a bulk ingest's 256 floats a vector, read one Python float at a time, cost
+/// more than the index's whole insert.
+#[derive(FromPyObject)]
+enum Floats {
+    Buffer(PyBuffer<f32>),
+    Items(Vec<f32>),
+}
+
+impl Floats {
+    fn into_vec(self, py: Python<'_>) -> PyResult<Vec<f32>> {
+        match self {
+            Floats::Buffer(buffer) => buffer.to_vec(py),
+            Floats::Items(items) => Ok(items),
+        }
+    }
+}
 
 /// Entries' unit vectors grouped by (model, dimensions), scored by exact dot products.
 #[pyclass(frozen, module = "memlane._core")]
@@ -43,11 +62,12 @@ impl VectorIndex {
         namespace: Key,
         model: &str,
         digest: String,
-        vector: Vec<f32>,
+        vector: Floats,
         importance: f64,
         expires_at: Option<f64>,
         payload: Py<PyAny>,
     ) -> PyResult<()> {
+        let vector = vector.into_vec(py)?;
         let meta = Meta {
             namespace,
             digest,
