@@ -20,8 +20,9 @@ it stands for is the same) or performs exactly the merges tiktoken performs next
   into the suffix) and is scanned again.
 
 Anything else (a merge making a pair below the rank being merged, prefix or suffix growing past
-``MAX_EDGE``, too many steps) answers ``None``, and the caller runs the general merge, so the
-count is tiktoken's in every case; the shortcut only decides how fast it comes.
+``MAX_EDGE``, more pair lookups than ``LOOKUPS_PER_BYTE`` allows) answers ``None``, and the
+caller runs the general merge, so the count is tiktoken's in every case; the shortcut only
+decides how fast it comes.
 """
 
 from __future__ import annotations
@@ -33,8 +34,11 @@ MAX_PERIOD: Final = 8
 repeated (``"ab" * n``) are as common a worst case."""
 MAX_EDGE: Final = 48
 """Tokens the prefix and suffix may hold together: each step reads all their pairs."""
-MAX_STEPS: Final = 512
-"""Steps before giving up (a real encoding needs a few per merge level)."""
+LOOKUPS_PER_BYTE: Final = 2
+LOOKUPS_AT_LEAST: Final = 256
+"""Pair lookups the shortcut may make, per byte of the piece and in all: a real encoding needs a
+few steps per merge level, and a pattern it gives up on costs at most about what the general
+merge (three lookups a byte) adds to it."""
 FEW_COPIES: Final = 4
 """Below this many copies the state is written out and merged directly."""
 
@@ -52,6 +56,7 @@ def count(ranks: dict[bytes, int], piece: bytes) -> int | None:
         return None
     return _State(
         ranks,
+        budget=LOOKUPS_PER_BYTE * n + LOOKUPS_AT_LEAST,
         unit=[piece[i : i + 1] for i in range(period)],
         copies=n // period,
         suffix=[piece[i : i + 1] for i in range(n - n % period, n)],
@@ -62,9 +67,15 @@ class _State:
     """``prefix``, then ``unit`` ``copies`` times, then ``suffix``: the sequence being merged."""
 
     def __init__(
-        self, ranks: dict[bytes, int], unit: list[bytes], copies: int, suffix: list[bytes]
+        self,
+        ranks: dict[bytes, int],
+        budget: int,
+        unit: list[bytes],
+        copies: int,
+        suffix: list[bytes],
     ) -> None:
         self.ranks = ranks
+        self.budget = budget  # pair lookups left before giving up
         self.prefix: list[bytes] = []
         self.unit = unit
         self.copies = copies
@@ -77,8 +88,12 @@ class _State:
         # A scan that reached into the next copy moved the unit's start once; a second time in
         # a row would loop.
         rotated = False
-        for _ in range(MAX_STEPS):
+        while True:
             just_rotated, rotated = rotated, False
+            # What `lowest` and `scan` look up, at most.
+            self.budget -= len(self.prefix) + len(self.suffix) + 2 * len(self.unit) + 4
+            if self.budget < 0:
+                return None
             if len(self.prefix) + len(self.suffix) > MAX_EDGE:
                 return None
             if self.copies < FEW_COPIES:
@@ -118,7 +133,6 @@ class _State:
                     self.unit = [*rest, first]
                     self.copies -= 1
                     rotated = True
-        return None
 
     def lowest(self) -> tuple[int, int, int] | None:
         """The lowest pair (rank, where, index), leftmost among equal ranks; ``None`` if no

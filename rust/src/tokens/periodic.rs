@@ -20,8 +20,9 @@
 //!   into the suffix) and is scanned again.
 //!
 //! Anything else (a merge making a pair below the rank being merged, prefix or suffix growing
-//! past `MAX_EDGE`, too many steps) answers `None`, and the caller runs the general merge, so
-//! the count is tiktoken's in every case; the shortcut only decides how fast it comes.
+//! past `MAX_EDGE`, more pair lookups than `LOOKUPS_PER_BYTE` allows) answers `None`, and the
+//! caller runs the general merge, so the count is tiktoken's in every case; the shortcut only
+//! decides how fast it comes.
 
 use super::{ExactCounter, Rank};
 
@@ -31,8 +32,11 @@ const MAX_PERIOD: usize = 8;
 /// Tokens the prefix and the suffix may hold together before the shortcut gives up: each step
 /// reads all their pairs.
 const MAX_EDGE: usize = 48;
-/// Steps before the shortcut gives up (a real encoding needs a few per merge level).
-const MAX_STEPS: usize = 512;
+/// Pair lookups the shortcut may make, per byte of the piece and in all: a real encoding needs
+/// a few steps per merge level, and a pattern it gives up on costs at most about what the
+/// heap merge (three lookups a byte) adds to it.
+const LOOKUPS_PER_BYTE: usize = 2;
+const LOOKUPS_AT_LEAST: usize = 256;
 /// Below this many copies the state is written out and merged directly.
 const FEW_COPIES: usize = 4;
 
@@ -54,6 +58,7 @@ pub(super) fn count(counter: &ExactCounter, piece: &[u8]) -> Option<usize> {
     let bytes = |part: &[u8]| part.iter().map(|&b| vec![b]).collect::<Vec<Token>>();
     State {
         counter,
+        budget: LOOKUPS_PER_BYTE * n + LOOKUPS_AT_LEAST,
         prefix: Vec::new(),
         unit: bytes(&piece[..period]),
         copies: n / period,
@@ -87,6 +92,8 @@ enum Scan {
 /// `prefix`, then `unit` `copies` times, then `suffix`: the token sequence being merged.
 struct State<'a> {
     counter: &'a ExactCounter,
+    /// Pair lookups left before giving up.
+    budget: usize,
     prefix: Vec<Token>,
     unit: Vec<Token>,
     copies: usize,
@@ -102,8 +109,11 @@ impl State<'_> {
         // A scan that reached into the next copy moved the unit's start once; a second time
         // in a row would loop.
         let mut rotated = false;
-        for _ in 0..MAX_STEPS {
+        loop {
             let just_rotated = std::mem::take(&mut rotated);
+            // What `lowest` and `scan` look up, at most.
+            let lookups = self.prefix.len() + self.suffix.len() + 2 * self.unit.len() + 4;
+            self.budget = self.budget.checked_sub(lookups)?;
             if self.prefix.len() + self.suffix.len() > MAX_EDGE {
                 return None;
             }
@@ -158,7 +168,6 @@ impl State<'_> {
                 },
             }
         }
-        None
     }
 
     /// The lowest-ranked pair of the sequence and where it is (leftmost among equal ranks),
