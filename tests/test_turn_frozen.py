@@ -9,11 +9,13 @@ answers what its general rule answers for every kind of part.
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import os
 from datetime import UTC, datetime
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic_ai.messages import (
@@ -104,6 +106,20 @@ def same_objects(got: Any, want: Any) -> None:
         assert got == want
 
 
+@dataclasses.dataclass
+class Stateful:
+    """A dataclass that says itself what a pickle keeps of it."""
+
+    n: int
+    restored: bool = dataclasses.field(default=False, compare=False)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"n": self.n}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.n, self.restored = state["n"], True
+
+
 class TestFrozenTurns:
     """A frozen turn thaws into new objects equal to the ones given."""
 
@@ -149,6 +165,16 @@ class TestFrozenTurns:
         assert type(frozen[0]) is bytes
         assert unpack_messages(frozen) == messages
 
+    def test_a_class_that_customises_pickling_is_pickled(self) -> None:
+        messages: list[ModelMessage] = [
+            ModelResponse(parts=[TextPart(content="x")], provider_details={"s": Stateful(2)})
+        ]
+        frozen = freeze_messages(messages)
+        assert type(frozen[0]) is bytes  # its own __getstate__ decides what is kept
+        back = unpack_messages(frozen)
+        assert back == messages
+        assert back[0].provider_details["s"].restored  # type: ignore[union-attr,index]  # set above
+
     @settings(deadline=None, max_examples=EXAMPLES)
     @given(
         st.recursive(
@@ -192,6 +218,16 @@ class TestDefaultMessages:
         assert one[1].parts is not two[1].parts
         assert one[1].usage is not two[1].usage  # type: ignore[union-attr]  # a ModelResponse
         assert one[1].usage.details is not two[1].usage.details  # type: ignore[union-attr]  # a ModelResponse
+
+    def test_without_templates_the_constructors_build_them(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        monkeypatch.setattr(messages_mod, "_turn_templates", lambda: None)
+        built = [
+            ModelRequest(parts=[UserPromptPart(content="hi", timestamp=AT)]),
+            ModelResponse(parts=[TextPart(content="hello")], timestamp=AT),
+        ]
+        same_objects(default_messages("hi", "hello", AT), built)
 
     def test_the_templates_are_used(self) -> None:
         # The fast path is taken with the installed pydantic-ai: otherwise every turn would
@@ -240,7 +276,6 @@ class TestShapesAcrossThreads:
     """Threads freezing objects of new shapes at once each thaw their own."""
 
     def test_new_shapes_from_many_threads(self) -> None:
-        import dataclasses
         import threading
 
         barrier = threading.Barrier(8)
