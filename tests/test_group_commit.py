@@ -85,39 +85,6 @@ class TestGroupCommit:
         assert sorted(calls[1][1]) == list(range(1, WRITERS))
         assert (group.batches, group.writes) == (2, WRITERS)
 
-    def test_the_leader_commits_what_queued_meanwhile_then_hands_on(self) -> None:
-        release = threading.Event()
-        committers: list[tuple[list[int], str]] = []
-
-        def one(a: int) -> int:
-            committers.append(([a], threading.current_thread().name))
-            if a == 0:
-                release.wait(30)
-            return a
-
-        def many(batch: Sequence[int]) -> list[int]:
-            committers.append((list(batch), threading.current_thread().name))
-            return list(batch)
-
-        group: GroupCommit[int, int] = GroupCommit(one, many)
-        threads = [
-            threading.Thread(target=group.submit, args=(i,), name=f"writer-{i}")
-            for i in range(WRITERS)
-        ]
-        threads[0].start()
-        _wait_until(lambda: committers)
-        for t in threads[1:]:
-            t.start()
-        _wait_until(lambda: len(group._queue) == WRITERS - 1)
-        release.set()
-        for t in threads:
-            t.join(30)
-        # No follower had to wake up to lead: the thread that committed write 0 went on.
-        assert [name for _, name in committers] == ["writer-0", "writer-0"]
-        assert sorted(committers[1][0]) == list(range(1, WRITERS))
-        assert not group._busy
-        assert not group._queue
-
     def test_an_error_goes_to_the_write_that_caused_it(self) -> None:
         release = threading.Event()
 

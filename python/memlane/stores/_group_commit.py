@@ -3,10 +3,8 @@
 A SQLite file takes one writer at a time, and most of a small write's cost is the
 transaction around it (taking the lock, the commit's WAL frames). When several threads of one
 process write at once, the one that finds the table free becomes the leader: it commits its
-own write together with every write queued while the previous transaction ran, then commits
-the writes queued during its own, in a transaction of their own, for a few rounds (a woken
-follower would first have to win the interpreter lock while the file sat idle), and finally
-hands the lead to the first write still queued. Each caller returns only after the transaction
+own write together with every write queued while the previous transaction ran, then hands the
+lead to the first write queued during its own. Each caller returns only after the transaction
 holding its write has committed, with that write's own result. A lone writer finds the table
 free and commits at once: nothing waits.
 
@@ -24,10 +22,6 @@ A = TypeVar("A")
 R = TypeVar("R")
 
 __all__ = ["GroupCommit"]
-
-_ROUNDS = 8
-"""The most transactions one leader commits in a row before handing the lead on, so that its
-own caller returns after a bounded wait however busy the file is."""
 
 
 class _Waiter(Generic[A, R]):
@@ -92,35 +86,21 @@ class GroupCommit(Generic[A, R]):
         with self._lock:
             batch = [me, *self._queue]
             self._queue.clear()
-        rounds = 1
         try:
-            while True:
-                try:
-                    self._commit(batch)
-                finally:
-                    for waiter in batch:
-                        if waiter is not me:
-                            assert waiter.done is not None  # every queued write has one
-                            waiter.done.set()
-                with self._lock:
-                    if not self._queue or rounds >= _ROUNDS:
-                        break
-                    # The writes queued during that commit go next, led by this thread: it
-                    # already holds the interpreter lock, where a follower woken to lead would
-                    # first wait for it while the file sat idle.
-                    batch = self._queue[:]
-                    self._queue.clear()
-                rounds += 1
+            self._commit(batch)
         finally:
             with self._lock:
                 if self._queue:
-                    # The first write still queued leads the next transaction.
+                    # The first write queued during this transaction leads the next one.
                     follower = self._queue.pop(0)
                     follower.leads = True
-                    assert follower.done is not None
+                    assert follower.done is not None  # every queued write has one
                     follower.done.set()
                 else:
                     self._busy = False
+            for waiter in batch[1:]:
+                assert waiter.done is not None
+                waiter.done.set()
 
     def _commit(self, batch: list[_Waiter[A, R]]) -> None:
         if len(batch) > 1 and self._commit_together(batch):
