@@ -290,6 +290,16 @@ class TestPostgreSQLSaveIfAbsent:
         finally:
             await reader.async_close()
 
+    @pytest.mark.parametrize("content", [1e16, -2.5e300, {"id": "4e8ab", "n": [1e16]}, "1e16"])
+    async def test_numbers_and_number_like_strings_keep_their_type(
+        self, pg: PostgreSQLStore, content: Any
+    ) -> None:
+        assert await pg.async_save_if_absent("ns", log_entry(0, content), STOP) == (True, [])
+        won, found = await pg.async_save_if_absent("ns", log_entry(0, "late"), STOP)
+        assert won is False
+        assert found[0].content == content
+        assert type(found[0].content) is type(content)
+
     def test_the_sync_twin(self, pg: PostgreSQLStore) -> None:
         assert pg.save_if_absent("ns", log_entry(0, "a"), STOP) == (True, [])
         won, found = pg.save_if_absent("ns", log_entry(0, "b"), STOP)
