@@ -351,7 +351,7 @@ mod tests {
             let counter = encoding.counter();
             let reference = oracle(counter);
             for c in characters {
-                for copies in [2 * FEW_COPIES, 33, 127, 128, 129, 1000, 4097, 50_000] {
+                for copies in [2 * FEW_COPIES, 33, 127, 128, 129, 1000, 4097] {
                     let piece = c.repeat(copies);
                     assert!(check(counter, &reference, &piece), "{c:?} x {copies}");
                 }
@@ -385,16 +385,16 @@ mod tests {
             let reference = oracle(counter);
             let mut next = xorshift(0x2545_f491_4f6c_dd1d);
             let mut answered = 0;
-            for round in 0..3000 {
+            for round in 0..2000 {
                 let unit: String = (0..=next() % 4)
                     .map(|_| ALPHABET[(next() % 14) as usize])
                     .collect();
-                let copies = (next() % if round % 10 == 0 { 3000 } else { 200 }) as usize;
+                let copies = (next() % if round % 10 == 0 { 1000 } else { 200 }) as usize;
                 let tail = (next() % 4) as usize;
                 let piece = periodic(&unit, copies, tail);
                 answered += usize::from(check(counter, &reference, &piece));
             }
-            assert!(answered > 1000, "the shortcut answered {answered} of 3000");
+            assert!(answered > 1000, "the shortcut answered {answered} of 2000");
         }
     }
 
@@ -431,7 +431,7 @@ mod tests {
             let unit: String = (0..=next() % 6)
                 .map(|_| char::from(b"abcd"[(next() % 4) as usize]))
                 .collect();
-            let copies = (next() % if round % 10 == 0 { 2000 } else { 100 }) as usize;
+            let copies = (next() % if round % 10 == 0 { 1000 } else { 100 }) as usize;
             let piece = periodic(&unit, copies, (next() % 6) as usize);
             if check(&counter, &reference, &piece) {
                 answered += 1;
