@@ -367,6 +367,16 @@ class TestPathologicalInput:
         assert make(backend).estimate(text) == expected
         assert make(backend).estimate(text) == expected  # again, from warm per-thread tables
 
+    @given(
+        text=st.text(alphabet=st.sampled_from(string.ascii_lowercase), min_size=500, max_size=4000)
+        | st.text(alphabet=st.sampled_from("abé字😀!"), min_size=500, max_size=2000)
+    )
+    def test_generated_long_pieces(self, text: str) -> None:
+        # Random letters (each one long pre-token with nothing periodic to shortcut) and long
+        # runs mixing letters, CJK, emoji and punctuation: the general merge on both paths.
+        expected = len(ORACLES["o200k_base"].encode_ordinary(text))
+        assert make("rust").estimate(text) == make("python").estimate(text) == expected
+
     @pytest.mark.parametrize("piece", [b"a" * (1 << 14), b"!" * (1 << 14), b"ab" * (1 << 13)])
     def test_long_piece_merge_does_linearly_many_lookups(self, piece: bytes) -> None:
         # Every merge removes one part and looks up at most two new pairs, so lookups stay
