@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 import enum
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from memlane._validate import type_name
 from memlane.errors import UnstorableValueError
@@ -41,6 +41,11 @@ def check_enum(value: object, kind: type[E], name: str) -> E:
     """
     if isinstance(value, kind):
         return value
+    if type(value) is str:
+        # The enum's own table of values: calling kind(value) costs three times as long.
+        member = kind._value2member_map_.get(value)
+        if member is not None:
+            return cast(E, member)
     if not isinstance(value, str):
         raise TypeError(f"{name} must be str, not {type_name(value)}")
     try:
