@@ -16,6 +16,7 @@ __all__ = [
     "OUTDATED",
     "begin",
     "check_memlane",
+    "has_contentless_search",
     "has_search",
     "has_vectors",
     "has_version",
@@ -90,6 +91,12 @@ def _has_table(conn: sqlite3.Connection, name: str) -> bool:
 def has_search(conn: sqlite3.Connection) -> bool:
     """Whether the file has the search index (made by a memlane that had search)."""
     return _has_table(conn, "memory_search")
+
+
+def has_contentless_search(conn: sqlite3.Connection) -> bool:
+    """Whether the search index keeps no copy of the texts: an FTS5 table with content keeps
+    them in its ``_content`` shadow table, one more page written by every searchable write."""
+    return not _has_table(conn, "memory_search_content")
 
 
 def has_vectors(conn: sqlite3.Connection) -> bool:

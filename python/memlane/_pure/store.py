@@ -41,6 +41,7 @@ from memlane._pure.sqlite_open import (
     OUTDATED,
     begin,
     check_memlane,
+    has_contentless_search,
     has_search,
     has_vectors,
     has_version,
@@ -94,7 +95,7 @@ ADD_VERSION = "ALTER TABLE memory_entries ADD COLUMN version INTEGER NOT NULL DE
 
 SEARCH_SCHEMA = """
 CREATE VIRTUAL TABLE memory_search USING fts5(
-    text, tokenize = "unicode61 remove_diacritics 0 categories 'L* N*'"
+    text, content = '', tokenize = "unicode61 remove_diacritics 0 categories 'L* N*'"
 );
 CREATE TRIGGER memory_search_insert AFTER INSERT ON memory_entries
 WHEN json_type(CASE WHEN json_valid(new.metadata) THEN new.metadata END, '$.search_text')
@@ -104,13 +105,19 @@ BEGIN
     VALUES (new.seq, json_extract(new.metadata, '$.search_text'));
 END;
 CREATE TRIGGER memory_search_delete AFTER DELETE ON memory_entries
+WHEN json_type(CASE WHEN json_valid(old.metadata) THEN old.metadata END, '$.search_text')
+    = 'text'
 BEGIN
-    DELETE FROM memory_search WHERE rowid = old.seq;
+    INSERT INTO memory_search (memory_search, rowid, text)
+    VALUES ('delete', old.seq, json_extract(old.metadata, '$.search_text'));
 END;
 CREATE TRIGGER memory_search_update AFTER UPDATE OF metadata ON memory_entries
 WHEN old.metadata IS NOT new.metadata
 BEGIN
-    DELETE FROM memory_search WHERE rowid = old.seq;
+    INSERT INTO memory_search (memory_search, rowid, text)
+    SELECT 'delete', old.seq, json_extract(old.metadata, '$.search_text')
+    WHERE json_type(CASE WHEN json_valid(old.metadata) THEN old.metadata END, '$.search_text')
+        = 'text';
     INSERT INTO memory_search (rowid, text)
     SELECT new.seq, json_extract(new.metadata, '$.search_text')
     WHERE json_type(CASE WHEN json_valid(new.metadata) THEN new.metadata END, '$.search_text')
@@ -132,7 +139,21 @@ where the two can still differ: ``str.casefold`` folds fully ("ß" is "ss", "ς"
 unicode61 only lowercases, and each follows its own Unicode version. A query term the index
 splits into several tokens is searched as their phrase; one it splits into none matches
 nothing. ``json_valid`` guards every JSON call, so a row whose metadata is not JSON is simply
-not searchable rather than making writes to it, or opening the file, fail."""
+not searchable rather than making writes to it, or opening the file, fail.
+
+The index is contentless (``content = ''``): the texts live in the entries' metadata only, so a
+searchable write dirties no page of a copy, and the triggers remove a text by giving FTS5 the
+very text they indexed (the ``'delete'`` command), which the metadata still holds when they
+fire. A file whose index kept copies is rebuilt once, on open (:data:`DROP_SEARCH`)."""
+
+DROP_SEARCH = """
+DROP TRIGGER memory_search_insert;
+DROP TRIGGER memory_search_delete;
+DROP TRIGGER memory_search_update;
+DROP TABLE memory_search;
+"""
+"""Drops a search index that keeps its own copy of every text (files from before the index was
+contentless); :data:`SEARCH_SCHEMA` then builds it again from the entries."""
 
 SEARCH = """
 SELECT e.entry_id, e.scope, e.key, e.content, e.metadata, e.created_at, e.expires_at,
@@ -206,6 +227,7 @@ class SqliteTable:
             conn.executescript(SCHEMA)
             migrate(conn, has_version, ADD_VERSION)
             migrate(conn, has_search, SEARCH_SCHEMA)
+            migrate(conn, has_contentless_search, DROP_SEARCH + SEARCH_SCHEMA)
             migrate(conn, has_vectors, VECTOR_SCHEMA)
 
     def _open(self) -> sqlite3.Connection:

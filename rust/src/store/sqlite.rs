@@ -16,6 +16,10 @@
 //!   `memory_entries` keep it so inside the writing statement's own transaction, so every
 //!   writer (both implementations, and versions of memlane that predate the index) keeps it
 //!   right; a file made before the index existed gets it, back-filled, on open.
+//! * The index is contentless (`content = ''`): the texts live in the entries' metadata only,
+//!   so a searchable write dirties no page of a copy, and the triggers remove a text by
+//!   giving FTS5 the very text they indexed (the `'delete'` command), which the metadata
+//!   still holds when they fire. A file whose index kept copies is rebuilt once, on open.
 
 use std::fmt::{self, Write};
 use std::path::{Path, PathBuf};
@@ -76,7 +80,7 @@ pub const ADD_VERSION: &str =
 /// file, fail.
 pub const SEARCH_SCHEMA: &str = r#"
 CREATE VIRTUAL TABLE memory_search USING fts5(
-    text, tokenize = "unicode61 remove_diacritics 0 categories 'L* N*'"
+    text, content = '', tokenize = "unicode61 remove_diacritics 0 categories 'L* N*'"
 );
 CREATE TRIGGER memory_search_insert AFTER INSERT ON memory_entries
 WHEN json_type(CASE WHEN json_valid(new.metadata) THEN new.metadata END, '$.search_text')
@@ -86,13 +90,19 @@ BEGIN
     VALUES (new.seq, json_extract(new.metadata, '$.search_text'));
 END;
 CREATE TRIGGER memory_search_delete AFTER DELETE ON memory_entries
+WHEN json_type(CASE WHEN json_valid(old.metadata) THEN old.metadata END, '$.search_text')
+    = 'text'
 BEGIN
-    DELETE FROM memory_search WHERE rowid = old.seq;
+    INSERT INTO memory_search (memory_search, rowid, text)
+    VALUES ('delete', old.seq, json_extract(old.metadata, '$.search_text'));
 END;
 CREATE TRIGGER memory_search_update AFTER UPDATE OF metadata ON memory_entries
 WHEN old.metadata IS NOT new.metadata
 BEGIN
-    DELETE FROM memory_search WHERE rowid = old.seq;
+    INSERT INTO memory_search (memory_search, rowid, text)
+    SELECT 'delete', old.seq, json_extract(old.metadata, '$.search_text')
+    WHERE json_type(CASE WHEN json_valid(old.metadata) THEN old.metadata END, '$.search_text')
+        = 'text';
     INSERT INTO memory_search (rowid, text)
     SELECT new.seq, json_extract(new.metadata, '$.search_text')
     WHERE json_type(CASE WHEN json_valid(new.metadata) THEN new.metadata END, '$.search_text')
@@ -102,6 +112,16 @@ INSERT INTO memory_search (rowid, text)
 SELECT seq, json_extract(metadata, '$.search_text') FROM memory_entries
 WHERE json_type(CASE WHEN json_valid(metadata) THEN metadata END, '$.search_text') = 'text';
 "#;
+
+/// Drops a search index that keeps its own copy of every text (files from before the index
+/// was contentless); `SEARCH_SCHEMA` then builds it again from the entries (the twin's
+/// `DROP_SEARCH`).
+pub const DROP_SEARCH: &str = "
+DROP TRIGGER memory_search_insert;
+DROP TRIGGER memory_search_delete;
+DROP TRIGGER memory_search_update;
+DROP TABLE memory_search;
+";
 
 /// Ranked search (the twin's `SEARCH`). Parameters: the FTS5 query (see `match_query`), the
 /// namespaces as a JSON array, now, the minimum importance, the limit.
@@ -432,13 +452,23 @@ fn has_version(conn: &Connection) -> rusqlite::Result<bool> {
     names.try_fold(false, |found, name| Ok(found || name? == "version"))
 }
 
-fn has_search(conn: &Connection) -> rusqlite::Result<bool> {
+fn has_table(conn: &Connection, name: &str) -> rusqlite::Result<bool> {
     conn.query_row(
-        "SELECT count(*) FROM sqlite_master WHERE name = 'memory_search'",
-        [],
+        "SELECT count(*) FROM sqlite_master WHERE name = ?",
+        [name],
         |row| row.get::<_, i64>(0),
     )
     .map(|n| n > 0)
+}
+
+fn has_search(conn: &Connection) -> rusqlite::Result<bool> {
+    has_table(conn, "memory_search")
+}
+
+/// Whether the search index keeps no copy of the texts: an FTS5 table with content keeps them
+/// in its `_content` shadow table, one more page written by every searchable write.
+fn has_contentless_search(conn: &Connection) -> rusqlite::Result<bool> {
+    Ok(!has_table(conn, "memory_search_content")?)
 }
 
 /// Runs `upgrade` unless `done` says the file already has it. Checked again inside a write
@@ -550,6 +580,11 @@ impl SqliteTable {
         conn.execute_batch(SCHEMA)?;
         migrate(&conn, has_version, ADD_VERSION)?;
         migrate(&conn, has_search, SEARCH_SCHEMA)?;
+        migrate(
+            &conn,
+            has_contentless_search,
+            &format!("{DROP_SEARCH}{SEARCH_SCHEMA}"),
+        )?;
         migrate(
             &conn,
             sqlite_vectors::has_vectors,
@@ -926,6 +961,7 @@ mod tests {
         let twin = include_str!("../../../python/memlane/_pure/store.py");
         assert_eq!(twin_constant("SCHEMA"), SCHEMA);
         assert_eq!(twin_constant("SEARCH_SCHEMA"), SEARCH_SCHEMA);
+        assert_eq!(twin_constant("DROP_SEARCH"), DROP_SEARCH);
         assert_eq!(twin_constant("SEARCH"), SEARCH);
         let pragmas = PRAGMAS.map(|p| format!("\"{p}\"")).join(", ");
         assert!(twin.contains(&format!("PRAGMAS = ({pragmas})")));
