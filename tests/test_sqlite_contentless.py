@@ -8,13 +8,14 @@ same search results; opened read-only it is searched as it is and left byte for 
 from __future__ import annotations
 
 import json
+import random
 import sqlite3
 import subprocess
 import sys
 from pathlib import Path
 
 from memlane import _backend
-from memlane._pure.store import SCHEMA
+from memlane._pure.store import SCHEMA, SEARCH, SEARCH_SCHEMA, match_query
 from memlane.stores import SQLiteStore
 from memlane.stores.protocol import SEARCH_TEXT
 from memlane.types import MemoryEntry
@@ -132,3 +133,52 @@ class TestContentlessIndex:
         finally:
             conn.close()
         assert check == []
+
+
+class TestTriggersAgainstACopyKeepingIndex:
+    """Random writes leave the contentless index ranking exactly as one that keeps copies."""
+
+    def test_random_writes(self) -> None:
+        rng = random.Random(20261127)
+        words = ["alpha", "beta", "gamma", "delta", "café", "straße", "ß", "x1"]
+        conns = []
+        for search in (OLD_SEARCH_SCHEMA, SEARCH_SCHEMA):
+            conn = sqlite3.connect(":memory:", isolation_level=None)
+            conn.executescript(SCHEMA + search)
+            conns.append(conn)
+        live: list[str] = []
+
+        def metadata() -> str:
+            if rng.random() < 0.8:
+                text = " ".join(rng.choice(words) for _ in range(rng.randint(1, 5)))
+                return json.dumps({SEARCH_TEXT: text})
+            return rng.choice(["{}", "not json", '{"search_text": 3}'])
+
+        for step in range(1500):
+            roll = rng.random()
+            if roll < 0.5 or not live:
+                live.append(f"e{step}")
+                sql = (
+                    "INSERT INTO memory_entries (entry_id, namespace, scope, content, metadata,"
+                    " created_at, importance) VALUES (?, 'n', 'working', '1', ?, 't', ?)"
+                )
+                args: tuple[object, ...] = (live[-1], metadata(), rng.random())
+            elif roll < 0.75:
+                sql = "UPDATE memory_entries SET metadata = ? WHERE entry_id = ?"
+                args = (metadata(), rng.choice(live))
+            else:
+                sql = "DELETE FROM memory_entries WHERE entry_id = ?"
+                args = (live.pop(rng.randrange(len(live))),)
+            for conn in conns:
+                conn.execute(sql, args)
+            if step % 50 == 0:
+                query = match_query([rng.choice(words), rng.choice(words)])
+                found = [
+                    conn.execute(SEARCH, (query, '["n"]', 0.0, 0.0, 100)).fetchall()
+                    for conn in conns
+                ]
+                assert found[0] == found[1]
+        for conn in conns:
+            check = "INSERT INTO memory_search (memory_search) VALUES ('integrity-check')"
+            assert conn.execute(check).fetchall() == []
+            conn.close()
