@@ -78,8 +78,8 @@ impl Ord for Ordered {
 }
 
 /// Codes (rows x dims) a search thread should have to itself: below that, starting a thread
-/// costs more than it saves (a pass reads about 1 GB/s of codes per core here, a thread
-/// starts in tens of microseconds).
+/// costs more than it saves (2^21 codes take a core about half a millisecond or more here
+/// (100,000 x 256 took 4-10 ms on one core), a thread starts in tens of microseconds).
 const CODES_PER_THREAD: usize = 1 << 21;
 
 /// How many threads scan a mirror of `rows` x `dims`: one per `CODES_PER_THREAD`, at most one
