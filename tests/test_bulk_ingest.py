@@ -1,9 +1,10 @@
 """What makes a bulk ingest fast holds the answers it replaced: tokens by piece, float32 rows,
-facts built without validation, fresh ids, the paused collector."""
+facts built without validation, fresh ids, the paused collector, kept digests."""
 
 from __future__ import annotations
 
 import gc
+import hashlib
 import threading
 import uuid
 from array import array
@@ -22,7 +23,7 @@ from memlane.longterm.fact_model import Fact, FactScope, FactType
 from memlane.longterm.fact_plans import new_entry_id
 from memlane.longterm.storage import collector_paused
 from memlane.stores import InMemoryStore
-from memlane.stores.vectors import EntryVector, check_entry_vectors
+from memlane.stores.vectors import EntryVector, check_entry_vectors, text_digest
 from memlane.types import CheckedJson
 
 # Spaces, runs of them, the normaliser's own U+2581, added tokens, and what falls back to
@@ -214,3 +215,14 @@ class TestBulkIngestWithTheLocalModel:
         assert store.missing_vectors([name], "wordllama:l2_supercat") == []
         hits = memory.search("how does she take her coffee", mode="semantic", limit=1)
         assert [hit.key for hit in hits] == ["ada_coffee"]
+
+
+class TestTextDigests:
+    """Kept or not, a digest is the text's BLAKE2b."""
+
+    @pytest.mark.parametrize("size", [0, 1, 1024, 1025, 100_000])
+    def test_short_and_long_texts(self, size: int) -> None:
+        text = ("é" * size)[:size]
+        expected = hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
+        assert text_digest(text) == expected
+        assert text_digest(text) == expected

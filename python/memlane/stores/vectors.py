@@ -55,14 +55,13 @@ class EntryVector(NamedTuple):
     vector: Sequence[float]
 
 
-@functools.lru_cache(maxsize=4096)
 def text_digest(text: str) -> str:
     """The digest a vector carries of the text it was made from: hex BLAKE2b, 16 bytes.
 
     ``surrogatepass`` so every Python ``str`` a store accepts has a digest (a lone surrogate
-    would otherwise fail to encode). The latest texts' digests are kept: a writer digests a
-    batch, then the store digests the same texts again to check each vector against its
-    entry, and the in-memory store once more when an entry is saved.
+    would otherwise fail to encode). The latest short texts' digests are kept: a writer
+    digests a batch, then the store digests the same texts again to check each vector against
+    its entry, and the in-memory store once more when an entry is saved.
 
     Args:
         text: The entry's search text.
@@ -70,7 +69,20 @@ def text_digest(text: str) -> str:
     Returns:
         32 lowercase hex characters.
     """
+    if len(text) <= _KEPT_TEXT:
+        return _kept_digest(text)
+    return _digest(text)
+
+
+_KEPT_TEXT = 1024
+"""The longest text whose digest is kept: 4,096 of them hold at most ~4 MB of text alive."""
+
+
+def _digest(text: str) -> str:
     return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+
+
+_kept_digest = functools.lru_cache(maxsize=4096)(_digest)
 
 
 _FLOAT = frozenset({float})
