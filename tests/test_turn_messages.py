@@ -360,8 +360,9 @@ class TestHistoryKeptFlat:
         expected: list[ModelMessage] = []
         if state.summary is not None and state.ledger.reserved:
             expected.append(messages_mod.summary_message(state.summary, state.summary_at))
+        first = state.window_from - int(state.ledger.offset)  # the window's first record
         for at, messages in enumerate(state.window):
-            expected.extend(messages if messages is not None else state._decode(at))
+            expected.extend(messages if messages is not None else state.messages(first + at))
         return expected
 
     @pytest.mark.parametrize("summarize", [False, True])
