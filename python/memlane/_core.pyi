@@ -488,7 +488,8 @@ class VectorIndex:
             namespace: The namespace the entry lies in.
             model: The embedder's id.
             digest: ``text_digest`` of the text the vector was made from.
-            vector: The floats (stored as float32).
+            vector: The floats (stored as float32): a float32 buffer (``array("f")``, a
+                numpy row), copied as one block, or any sequence of floats.
             importance: The entry's importance, 0.0–1.0.
             expires_at: Expiry as Unix seconds, or ``None`` for never.
             payload: The object that ``search`` returns.
