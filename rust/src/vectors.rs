@@ -176,11 +176,7 @@ impl Prescan<'_> {
     /// scores below at least `limit` rows, so it cannot be in the answer. Reads the rows of
     /// `part` only.
     fn run(&self, part: Range<usize>) -> (Vec<(usize, f64)>, f64) {
-        // The `limit` best lower bounds so far (a min-heap).
-        let mut lows: BinaryHeap<Reverse<Ordered>> =
-            BinaryHeap::with_capacity(self.limit.min(4096) + 1);
-        let mut floor = f64::NEG_INFINITY;
-        let mut maybe: Vec<(usize, f64)> = Vec::new();
+        let mut found = Candidates::new(self.limit);
         let q = self.query;
         let codes = &self.codes[part.start * self.dims..part.end * self.dims];
         for (at, (hot, codes)) in
@@ -195,60 +191,100 @@ impl Prescan<'_> {
             #[allow(clippy::cast_precision_loss)] // |sum| <= dims * 127^2 < 2^53: exact
             let estimate = int_dot(codes, &q.codes) as f64 * hot.scale * q.scale;
             let bound = q.bound(hot.error, hot.norm, self.query_norm, self.dims);
-            let upper = estimate + bound;
-            if upper < floor {
-                continue;
-            }
-            maybe.push((at, upper));
-            lows.push(Reverse(Ordered(estimate - bound)));
-            if lows.len() > self.limit {
-                lows.pop();
-            }
-            if lows.len() == self.limit {
-                floor = lows.peek().map_or(floor, |low| low.0 .0);
-            }
+            found.offer(at, estimate, bound);
         }
-        (maybe, floor)
-    }
-
-    /// `run` over all `rows`, split into `parts` ranges scanned on as many threads. Each
-    /// part's floor is the `limit`-th best lower bound of its own rows, at most the
-    /// `limit`-th best of all rows, so the highest of them is still a floor for every row.
-    fn run_in_parts(&self, rows: usize, parts: usize) -> (Vec<(usize, f64)>, f64) {
-        if parts <= 1 || rows == 0 {
-            return self.run(0..rows);
-        }
-        let step = rows.div_ceil(parts);
-        std::thread::scope(|scope| {
-            let handles: Vec<_> = (0..rows)
-                .step_by(step)
-                .map(|start| scope.spawn(move || self.run(start..(start + step).min(rows))))
-                .collect();
-            let mut maybe = Vec::new();
-            let mut floor = f64::NEG_INFINITY;
-            for handle in handles {
-                let (part, part_floor) = match handle.join() {
-                    Ok(found) => found,
-                    Err(panic) => std::panic::resume_unwind(panic),
-                };
-                floor = floor.max(part_floor);
-                maybe.extend(part);
-            }
-            (maybe, floor)
-        })
+        found.finish()
     }
 }
 
-/// Floats (rows x dims) a search thread should have to itself: below that, starting a thread
-/// costs more than it saves.
-const FLOATS_PER_THREAD: usize = 1 << 21;
+/// The rows an int8 pass keeps, and its floor: rows are offered in order with their
+/// estimated score and its error bound; a row whose upper bound is below the floor (the
+/// `limit`-th best lower bound so far) scores below at least `limit` rows, so it cannot be in
+/// the answer and is not kept. Shared by the in-memory index and the SQLite mirror.
+pub(crate) struct Candidates {
+    /// The `limit` best lower bounds so far (a min-heap).
+    lows: BinaryHeap<Reverse<Ordered>>,
+    floor: f64,
+    maybe: Vec<(usize, f64)>,
+    limit: usize,
+}
 
-/// How many threads scan a group of `rows` x `dims`: one per `FLOATS_PER_THREAD`, at most one
-/// per core, and at most 8.
-fn scan_parts(rows: usize, dims: usize) -> usize {
+impl Candidates {
+    pub(crate) fn new(limit: usize) -> Self {
+        Self {
+            lows: BinaryHeap::with_capacity(limit.min(4096) + 1),
+            floor: f64::NEG_INFINITY,
+            maybe: Vec::new(),
+            limit,
+        }
+    }
+
+    /// Offers row `at`, whose score lies within `bound` of `estimate`.
+    #[inline]
+    pub(crate) fn offer(&mut self, at: usize, estimate: f64, bound: f64) {
+        let upper = estimate + bound;
+        if upper < self.floor {
+            return;
+        }
+        self.maybe.push((at, upper));
+        self.lows.push(Reverse(Ordered(estimate - bound)));
+        if self.lows.len() > self.limit {
+            self.lows.pop();
+        }
+        if self.lows.len() == self.limit {
+            self.floor = self.lows.peek().map_or(self.floor, |low| low.0 .0);
+        }
+    }
+
+    /// The rows kept, in the order offered, with their upper bounds; and the floor.
+    pub(crate) fn finish(self) -> (Vec<(usize, f64)>, f64) {
+        (self.maybe, self.floor)
+    }
+}
+
+/// `run` over rows `0..rows`, split into `parts` ranges scanned on as many threads. Each
+/// part's floor is the `limit`-th best lower bound of its own rows, at most the `limit`-th
+/// best of all rows, so the highest of them is still a floor for every row; the parts' rows
+/// are joined in row order, so what follows does not depend on the split.
+pub(crate) fn in_parts<F>(rows: usize, parts: usize, run: F) -> (Vec<(usize, f64)>, f64)
+where
+    F: Fn(Range<usize>) -> (Vec<(usize, f64)>, f64) + Sync,
+{
+    if parts <= 1 || rows == 0 {
+        return run(0..rows);
+    }
+    let step = rows.div_ceil(parts);
+    let run = &run;
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..rows)
+            .step_by(step)
+            .map(|start| scope.spawn(move || run(start..(start + step).min(rows))))
+            .collect();
+        let mut maybe = Vec::new();
+        let mut floor = f64::NEG_INFINITY;
+        for handle in handles {
+            let (part, part_floor) = match handle.join() {
+                Ok(found) => found,
+                Err(panic) => std::panic::resume_unwind(panic),
+            };
+            floor = floor.max(part_floor);
+            maybe.extend(part);
+        }
+        (maybe, floor)
+    })
+}
+
+/// Rows x dims an int8 pass thread should have to itself: below that, starting a thread
+/// costs more than it saves (2^21 codes take a core about half a millisecond or more here;
+/// a thread starts in tens of microseconds).
+const CODES_PER_THREAD: usize = 1 << 21;
+
+/// How many threads scan `rows` x `dims` (an index group or a SQLite mirror): one per
+/// `CODES_PER_THREAD`, at most one per core, and at most 8.
+pub(crate) fn scan_parts(rows: usize, dims: usize) -> usize {
     static CORES: OnceLock<usize> = OnceLock::new();
     let cores = *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, usize::from));
-    (rows.saturating_mul(dims) / FLOATS_PER_THREAD).clamp(1, cores.clamp(1, 8))
+    (rows.saturating_mul(dims) / CODES_PER_THREAD).clamp(1, cores.clamp(1, 8))
 }
 
 /// An f64 ordered totally, for the heap of lower bounds.
@@ -661,7 +697,7 @@ impl<T, K: Hash + Eq + Clone> VectorIndex<T, K> {
             min_importance,
             now,
         };
-        let (maybe, floor) = prescan.run_in_parts(g.hot.len(), parts);
+        let (maybe, floor) = in_parts(g.hot.len(), parts, |part| prescan.run(part));
         // Pass 2: the exact f32 scores of the rows that can still reach the answer.
         let mut top = Top::new(limit);
         for (at, upper) in maybe {

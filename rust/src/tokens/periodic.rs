@@ -273,27 +273,15 @@ fn merge_tokens(counter: &ExactCounter, mut tokens: Vec<Token>) -> usize {
 
 #[cfg(test)]
 mod tests {
-    use std::fmt::Write as _;
-
-    use base64::{engine::general_purpose, Engine as _};
     use rustc_hash::FxHashMap;
 
-    use super::super::{Encoding, ExactCounter};
+    use super::super::{shuffled_abcd_counter, xorshift, Encoding, ExactCounter};
     use super::*;
 
     /// tiktoken-rs over the same ranks, with a pattern that never splits: the reference merge.
     fn oracle(counter: &ExactCounter) -> tiktoken_rs::CoreBPE {
         let ranks = counter.ranks.clone().into_iter().collect();
         tiktoken_rs::CoreBPE::new(ranks, FxHashMap::default(), "(?s:.+)").unwrap()
-    }
-
-    fn xorshift(mut state: u64) -> impl FnMut() -> u64 {
-        move || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        }
     }
 
     /// `unit` repeated `copies` times, then the first `tail` characters of `unit`.
@@ -405,26 +393,7 @@ mod tests {
     #[test]
     fn repeated_patterns_out_of_rank_order_agree_with_tiktoken() {
         let mut next = xorshift(0x9e37_79b9_7f4a_7c15);
-        let mut tokens: Vec<Vec<u8>> = (0..=255u8).map(|b| vec![b]).collect();
-        let mut words: Vec<Vec<u8>> = vec![Vec::new()];
-        for _ in 0..4 {
-            words = words
-                .iter()
-                .flat_map(|w| b"abcd".iter().map(move |&c| [w.as_slice(), &[c]].concat()))
-                .collect();
-            tokens.extend(words.iter().filter(|w| w.len() >= 2).cloned());
-        }
-        let mut multi: Vec<Vec<u8>> = tokens.split_off(256);
-        for i in (1..multi.len()).rev() {
-            multi.swap(i, (next() % (i as u64 + 1)) as usize);
-        }
-        tokens.extend(multi);
-        let mut rank_file = String::new();
-        for (rank, token) in tokens.iter().enumerate() {
-            let token = general_purpose::STANDARD.encode(token);
-            writeln!(rank_file, "{token} {rank}").unwrap();
-        }
-        let counter = ExactCounter::new(&rank_file, "(?s:.+)", 0, None);
+        let counter = shuffled_abcd_counter(&mut next);
         let reference = oracle(&counter);
         let (mut answered, mut declined) = (0, 0);
         for round in 0..4000 {

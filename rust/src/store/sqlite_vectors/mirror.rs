@@ -34,11 +34,11 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use crate::vectors::{dot, Candidate, Quantized, Top};
+use crate::vectors::{dot, scan_parts, Candidate, Quantized, Top};
 
 mod prescan;
 
-use prescan::{scan_parts, Prescan};
+use prescan::Prescan;
 
 /// How many mirrors the process keeps (the twin's `KEPT_MIRRORS`).
 pub const KEPT_MIRRORS: usize = 4;

@@ -12,13 +12,10 @@
 //! * The integer estimate is exact (`code_dot`); only the error bound is approximate, and it
 //!   is an upper bound (`crate::vectors::Quantized::bound`).
 
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
 use std::ops::Range;
-use std::sync::OnceLock;
 
 use super::Mirror;
-use crate::vectors::Quantized;
+use crate::vectors::{in_parts, Candidates, Quantized};
 
 /// The exact dot product of a row's int8 codes with the query's, which the search widened to
 /// i16 once.
@@ -59,37 +56,6 @@ fn block_dot(codes: &[i8], query: &[i16]) -> i64 {
     lanes.iter().map(|&lane| i64::from(lane)).sum::<i64>() + tail
 }
 
-/// An f64 ordered totally, for the heap of lower bounds.
-#[derive(Debug, Clone, Copy, PartialEq)]
-struct Ordered(f64);
-
-impl Eq for Ordered {}
-
-impl PartialOrd for Ordered {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-impl Ord for Ordered {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        self.0.total_cmp(&other.0)
-    }
-}
-
-/// Codes (rows x dims) a search thread should have to itself: below that, starting a thread
-/// costs more than it saves (2^21 codes take a core about half a millisecond or more here
-/// (100,000 x 256 took 4-10 ms on one core), a thread starts in tens of microseconds).
-const CODES_PER_THREAD: usize = 1 << 21;
-
-/// How many threads scan a mirror of `rows` x `dims`: one per `CODES_PER_THREAD`, at most one
-/// per core, and at most 8.
-pub(super) fn scan_parts(rows: usize, dims: usize) -> usize {
-    static CORES: OnceLock<usize> = OnceLock::new();
-    let cores = *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, usize::from));
-    (rows.saturating_mul(dims) / CODES_PER_THREAD).clamp(1, cores.clamp(1, 8))
-}
-
 /// The int8 pass of one search over a mirror's rows.
 pub(super) struct Prescan<'a> {
     pub(super) mirror: &'a Mirror,
@@ -112,11 +78,7 @@ impl Prescan<'_> {
         let mirror = self.mirror;
         let dims = mirror.dims;
         let q = self.query;
-        // The `limit` best lower bounds so far (a min-heap).
-        let mut lows: BinaryHeap<Reverse<Ordered>> =
-            BinaryHeap::with_capacity(self.limit.min(4096) + 1);
-        let mut floor = f64::NEG_INFINITY;
-        let mut maybe: Vec<(usize, f64)> = Vec::new();
+        let mut found = Candidates::new(self.limit);
         let codes = &mirror.codes[part.start * dims..part.end * dims];
         for (at, codes) in part.zip(codes.chunks_exact(dims)) {
             let row = &mirror.rows[at];
@@ -129,50 +91,15 @@ impl Prescan<'_> {
             #[allow(clippy::cast_precision_loss)] // |sum| <= dims * 127^2 < 2^53: exact
             let estimate = code_dot(codes, self.wide) as f64 * mirror.scales[at] * q.scale;
             let (error, norm) = mirror.errors[at];
-            let bound = q.bound(error, norm, self.query_norm, dims);
-            let upper = estimate + bound;
-            if upper < floor {
-                continue;
-            }
-            maybe.push((at, upper));
-            lows.push(Reverse(Ordered(estimate - bound)));
-            if lows.len() > self.limit {
-                lows.pop();
-            }
-            if lows.len() == self.limit {
-                floor = lows.peek().map_or(floor, |low| low.0 .0);
-            }
+            found.offer(at, estimate, q.bound(error, norm, self.query_norm, dims));
         }
-        (maybe, floor)
+        found.finish()
     }
 
-    /// `run` over every row, split into `parts` ranges scanned on as many threads. Each
-    /// part's floor is the `limit`-th best lower bound of its own rows, at most the
-    /// `limit`-th best of all rows, so the highest of them is still a floor for every row;
-    /// the parts' rows are joined in row order.
+    /// `run` over every row, split into `parts` ranges scanned on as many threads
+    /// (`crate::vectors::in_parts`).
     pub(super) fn run_in_parts(&self, parts: usize) -> (Vec<(usize, f64)>, f64) {
-        let rows = self.mirror.rows.len();
-        if parts <= 1 || rows == 0 {
-            return self.run(0..rows);
-        }
-        let step = rows.div_ceil(parts);
-        std::thread::scope(|scope| {
-            let handles: Vec<_> = (0..rows)
-                .step_by(step)
-                .map(|start| scope.spawn(move || self.run(start..(start + step).min(rows))))
-                .collect();
-            let mut maybe = Vec::new();
-            let mut floor = f64::NEG_INFINITY;
-            for handle in handles {
-                let (part, part_floor) = match handle.join() {
-                    Ok(found) => found,
-                    Err(panic) => std::panic::resume_unwind(panic),
-                };
-                floor = floor.max(part_floor);
-                maybe.extend(part);
-            }
-            (maybe, floor)
-        })
+        in_parts(self.mirror.rows.len(), parts, |part| self.run(part))
     }
 }
 
