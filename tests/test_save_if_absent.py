@@ -34,6 +34,7 @@ from memlane.stores import PostgreSQLStore, fallbacks
 from memlane.types import MemoryEntry, utc_now
 from store_kinds import SHARED_STORES, STORES, Made, open_store
 from test_database_stores import StoreFactory, initialized, server_for
+from test_store_cas import release_together
 
 STOP = "log;"
 STEP_TIMEOUT = 180.0
@@ -445,18 +446,7 @@ class TestProcessesAppendingToOneLog:
                     env=env,
                 )
             )
-        for p in workers:
-            assert p.stdout is not None
-            assert p.stdout.readline() == "ready\n"
-        for p in workers:
-            assert p.stdin is not None
-            p.stdin.write("go\n")
-            p.stdin.flush()
-        results = []
-        for p in workers:
-            out, _ = p.communicate(timeout=STEP_TIMEOUT)
-            assert p.returncode == 0
-            results.append(json.loads(out))
+        results = release_together(workers)
         log = fallbacks.load_range(shared.store, "log", "log:", STOP)
         assert [e.key for e in log] == [f"log:{n:012d}" for n in range(3 * count)]
         assert sorted(e.content for e in log) == sorted(

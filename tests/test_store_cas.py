@@ -504,6 +504,24 @@ def backends() -> list[str]:
     return ["rust", "python"] if _backend.rust_core() is not None else ["python"]
 
 
+def release_together(procs: list[subprocess.Popen[str]]) -> list[Any]:
+    """Waits for every worker's "ready", releases them with one "go" each, and returns what
+    each printed (JSON) once it exited cleanly: the workers start their writes together."""
+    for p in procs:
+        assert p.stdout is not None
+        assert p.stdout.readline() == "ready\n"
+    for p in procs:
+        assert p.stdin is not None
+        p.stdin.write("go\n")
+        p.stdin.flush()
+    results = []
+    for p in procs:
+        out, _ = p.communicate(timeout=STEP_TIMEOUT)
+        assert p.returncode == 0
+        results.append(json.loads(out))
+    return results
+
+
 def run_workers(kind: str, path: Path, mode: str, count: int, workers: int) -> list[Any]:
     """Starts ``workers`` processes on one store, releases them together, returns their results."""
     env = {k: v for k, v in os.environ.items() if k != "MEMLANE_PURE_PYTHON"}
@@ -528,19 +546,7 @@ def run_workers(kind: str, path: Path, mode: str, count: int, workers: int) -> l
             )
         )
     try:
-        for p in procs:
-            assert p.stdout is not None
-            assert p.stdout.readline() == "ready\n"
-        for p in procs:
-            assert p.stdin is not None
-            p.stdin.write("go\n")
-            p.stdin.flush()
-        results = []
-        for p in procs:
-            out, _ = p.communicate(timeout=STEP_TIMEOUT)
-            assert p.returncode == 0
-            results.append(json.loads(out))
-        return results
+        return release_together(procs)
     finally:
         for p in procs:
             if p.poll() is None:
