@@ -111,6 +111,16 @@ impl Quantized {
         }
     }
 
+    /// The norm of `floats` in f64, rounded up as [`Quantized::bound`] assumes of a query's.
+    pub fn padded_norm(floats: &[f32]) -> f64 {
+        floats
+            .iter()
+            .map(|&f| f64::from(f) * f64::from(f))
+            .sum::<f64>()
+            .sqrt()
+            * (1.0 + 1e-9)
+    }
+
     /// How far the f32 dot product of a row x with this query q can lie from the int8
     /// estimate, with x̂, q̂ the decoded copies and e_x = x - x̂, e_q = q - q̂:
     /// x·q - x̂·q̂ = e_x·q + x̂·e_q, so |x·q - x̂·q̂| <= |e_x| |q| + |x̂| |e_q| (Cauchy-Schwarz).
@@ -644,15 +654,11 @@ impl<T, K: Hash + Eq + Clone> VectorIndex<T, K> {
         min_importance: f64,
         now: f64,
     ) -> Vec<(&T, f64)> {
-        let rows = self
-            .group_ids
-            .get(&(model.to_owned(), query.len()))
-            .map_or(0, |&g| self.groups[g].rows.len());
-        let parts = scan_parts(rows, query.len());
-        self.search_in_parts(namespaces, model, query, limit, min_importance, now, parts)
+        self.search_in_parts(namespaces, model, query, limit, min_importance, now, None)
     }
 
-    /// `search`, its int8 pass split over `parts` threads (the answer is the same for any).
+    /// `search`, its int8 pass split over `parts` threads (the answer is the same for any;
+    /// `None`: as many as the group's size calls for).
     #[allow(clippy::too_many_arguments)] // search's arguments and the thread count
     fn search_in_parts(
         &self,
@@ -662,7 +668,7 @@ impl<T, K: Hash + Eq + Clone> VectorIndex<T, K> {
         limit: usize,
         min_importance: f64,
         now: f64,
-        parts: usize,
+        parts: Option<usize>,
     ) -> Vec<(&T, f64)> {
         let Some(&group) = self.group_ids.get(&(model.to_owned(), query.len())) else {
             return Vec::new();
@@ -680,12 +686,8 @@ impl<T, K: Hash + Eq + Clone> VectorIndex<T, K> {
         let g = &self.groups[group];
         let dims = g.dims;
         let q = Quantized::new(query);
-        let query_norm = query
-            .iter()
-            .map(|&f| f64::from(f) * f64::from(f))
-            .sum::<f64>()
-            .sqrt()
-            * (1.0 + 1e-9);
+        let query_norm = Quantized::padded_norm(query);
+        let parts = parts.unwrap_or_else(|| scan_parts(g.rows.len(), dims));
         let prescan = Prescan {
             hot: &g.hot,
             codes: &g.codes,
@@ -915,7 +917,7 @@ mod tests {
                     // part): each part's floor holds only for its own rows.
                     for parts in [1, 2, 7, 150] {
                         let found: Vec<(u32, f64)> = index
-                            .search_in_parts(&a, "m", &query, limit, 0.25, 10.0, parts)
+                            .search_in_parts(&a, "m", &query, limit, 0.25, 10.0, Some(parts))
                             .into_iter()
                             .map(|(p, score)| (*p, score))
                             .collect();

@@ -238,12 +238,7 @@ impl Mirror {
             mirror: self,
             wanted: &wanted,
             wide: &wide,
-            query_norm: query
-                .iter()
-                .map(|&f| f64::from(f) * f64::from(f))
-                .sum::<f64>()
-                .sqrt()
-                * (1.0 + 1e-9),
+            query_norm: Quantized::padded_norm(query),
             query: &q,
             limit,
             min_importance,
