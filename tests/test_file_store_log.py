@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import subprocess
-import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -19,8 +17,7 @@ import pytest
 from memlane import CorruptStoreError, FileStore, MemoryEntry
 from memlane.stores import _file_log
 from memlane.stores.file import namespace_filename
-
-STEP_TIMEOUT = 120.0
+from worker_processes import release_together, started
 
 
 def entry(key: str | None, content: Any = "v", **kw: Any) -> MemoryEntry:
@@ -298,33 +295,9 @@ class TestProcessesAppendingAndReading:
             {"role": "writer", "label": "w1", "count": count},
             {"role": "reader", "want": want},
         ]
-        procs = [
-            subprocess.Popen(
-                [sys.executable, "-c", WORKER, json.dumps({**cfg, "path": str(tmp_path)})],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                text=True,
-            )
-            for cfg in configs
-        ]
-        try:
-            for p in procs:
-                assert p.stdout is not None
-                assert p.stdout.readline().strip() == "ready"
-            for p in procs:
-                assert p.stdin is not None
-                p.stdin.write("go\n")
-                p.stdin.flush()
-            results = []
-            for p in procs:
-                out, _ = p.communicate(timeout=STEP_TIMEOUT)
-                assert p.returncode == 0
-                results.append(json.loads(out))
-        finally:
-            for p in procs:
-                if p.poll() is None:
-                    p.kill()
-                    p.communicate()
+        cfgs = [{**cfg, "path": str(tmp_path)} for cfg in configs]
+        with started(WORKER, cfgs) as procs:
+            results = release_together(procs)
         reader = results[2]
         assert reader["seen"] == sorted(want)
         assert reader["shrank"] is False  # a write once seen never disappears

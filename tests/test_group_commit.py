@@ -3,10 +3,7 @@ after it, each judged exactly as alone; a lone writer never waits."""
 
 from __future__ import annotations
 
-import json
 import random
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Sequence
@@ -19,6 +16,7 @@ from memlane._backend import Implementation
 from memlane.stores._group_commit import GroupCommit
 from memlane.stores.protocol import entry_to_row, next_version
 from memlane.types import MemoryEntry, MemoryScope
+from worker_processes import STEP_TIMEOUT, release, started
 
 WRITERS = 8
 
@@ -246,40 +244,13 @@ class TestGroupCommitAcrossProcesses:
         SQLiteStore(path).close()
         cids = ["c-1", "c-2", "c-3", "c-4"]
         turns = 15
-        procs = [
-            subprocess.Popen(
-                [
-                    sys.executable,
-                    "-c",
-                    WORKER,
-                    json.dumps({"path": path, "cids": cids, "turns": turns, "name": name}),
-                ],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                text=True,
-            )
-            for name in ("p1", "p2")
-        ]
-        try:
-            for proc in procs:
-                assert proc.stdout is not None
-                assert proc.stdout.readline().strip() == "ready"
-            for proc in procs:
-                assert proc.stdin is not None
-                proc.stdin.write("go\n")
-                proc.stdin.flush()
+        cfgs = [{"path": path, "cids": cids, "turns": turns, "name": name} for name in ("p1", "p2")]
+        with started(WORKER, cfgs) as procs:
+            release(procs)
             for proc in procs:
                 assert proc.stdout is not None
                 assert proc.stdout.readline().strip() == "done"
-                assert proc.wait(120) == 0
-        finally:
-            for proc in procs:
-                if proc.poll() is None:
-                    proc.kill()
-                    proc.wait(30)
-                for pipe in (proc.stdin, proc.stdout):
-                    if pipe is not None:
-                        pipe.close()
+                assert proc.wait(STEP_TIMEOUT) == 0
         store = SQLiteStore(path)
         try:
             memory = ConversationMemory(max_tokens=10**9, store=store)

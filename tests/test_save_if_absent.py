@@ -11,12 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import json
-import os
-import subprocess
-import sys
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -34,7 +30,7 @@ from memlane.stores import PostgreSQLStore, fallbacks
 from memlane.types import MemoryEntry, utc_now
 from store_kinds import SHARED_STORES, STORES, Made, open_store
 from test_database_stores import StoreFactory, initialized, server_for
-from test_store_cas import release_together
+from worker_processes import backends, either_backend_env, release_together, started
 
 STOP = "log;"
 STEP_TIMEOUT = 180.0
@@ -411,42 +407,23 @@ async def shared(
         yield made
 
 
-def backends() -> list[str]:
-    """The implementations worker processes alternate between: both where the extension exists."""
-    return ["rust", "python"] if _backend.rust_core() is not None else ["python"]
-
-
-@pytest.fixture
-def workers() -> Iterator[list[subprocess.Popen[str]]]:
-    procs: list[subprocess.Popen[str]] = []
-    yield procs
-    for p in procs:
-        if p.poll() is None:
-            p.kill()
-            p.communicate()
-
-
 class TestProcessesAppendingToOneLog:
     """Processes appending to one log through save_if_absent leave it dense: every entry once."""
 
-    def test_every_append_lands_once(
-        self, shared: Made, workers: list[subprocess.Popen[str]]
-    ) -> None:
+    def test_every_append_lands_once(self, shared: Made) -> None:
         count, names = 25, backends()
-        env = {k: v for k, v in os.environ.items() if k != "MEMLANE_PURE_PYTHON"}
-        for w in range(3):
-            cfg = {**shared.cfg, "kind": shared.kind, "count": count, "label": f"w{w}"}
-            cfg["backend"] = names[w % len(names)]
-            workers.append(
-                subprocess.Popen(
-                    [sys.executable, "-c", WORKER, json.dumps(cfg)],
-                    stdin=subprocess.PIPE,
-                    stdout=subprocess.PIPE,
-                    text=True,
-                    env=env,
-                )
-            )
-        results = release_together(workers)
+        cfgs = [
+            {
+                **shared.cfg,
+                "kind": shared.kind,
+                "count": count,
+                "label": f"w{w}",
+                "backend": names[w % len(names)],
+            }
+            for w in range(3)
+        ]
+        with started(WORKER, cfgs, env=either_backend_env()) as procs:
+            results = release_together(procs)
         log = fallbacks.load_range(shared.store, "log", "log:", STOP)
         assert [e.key for e in log] == [f"log:{n:012d}" for n in range(3 * count)]
         assert sorted(e.content for e in log) == sorted(

@@ -9,9 +9,6 @@ processes start real interpreters, and on SQLite mix both implementations on one
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -33,6 +30,7 @@ from memlane import (
 from memlane.stores.file import LOCK_FILENAME, namespace_filename
 from memlane.stores.protocol import ConditionalStore
 from test_store_twins import make_legacy_file
+from worker_processes import backends, either_backend_env, release_together, started
 
 STORES = ["memory", "sqlite", "file"]
 # UTF-16 order would differ from code-point order on the last two ("\uffff" < "😀").
@@ -496,39 +494,12 @@ store.close()
 print(json.dumps(result), flush=True)
 """
 
-STEP_TIMEOUT = 180.0
-
-
-def backends() -> list[str]:
-    """The implementations worker processes alternate between: both where the extension exists."""
-    return ["rust", "python"] if _backend.rust_core() is not None else ["python"]
-
-
-def release_together(procs: list[subprocess.Popen[str]]) -> list[Any]:
-    """Waits for every worker's "ready", releases them with one "go" each, and returns what
-    each printed (JSON) once it exited cleanly: the workers start their writes together."""
-    for p in procs:
-        assert p.stdout is not None
-        assert p.stdout.readline() == "ready\n"
-    for p in procs:
-        assert p.stdin is not None
-        p.stdin.write("go\n")
-        p.stdin.flush()
-    results = []
-    for p in procs:
-        out, _ = p.communicate(timeout=STEP_TIMEOUT)
-        assert p.returncode == 0
-        results.append(json.loads(out))
-    return results
-
 
 def run_workers(kind: str, path: Path, mode: str, count: int, workers: int) -> list[Any]:
     """Starts ``workers`` processes on one store, releases them together, returns their results."""
-    env = {k: v for k, v in os.environ.items() if k != "MEMLANE_PURE_PYTHON"}
     names = backends()
-    procs = []
-    for w in range(workers):
-        cfg = {
+    cfgs = [
+        {
             "kind": kind,
             "path": str(path),
             "mode": mode,
@@ -536,22 +507,10 @@ def run_workers(kind: str, path: Path, mode: str, count: int, workers: int) -> l
             "label": f"w{w}",
             "backend": names[w % len(names)],
         }
-        procs.append(
-            subprocess.Popen(
-                [sys.executable, "-c", WORKER, json.dumps(cfg)],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                text=True,
-                env=env,
-            )
-        )
-    try:
+        for w in range(workers)
+    ]
+    with started(WORKER, cfgs, env=either_backend_env()) as procs:
         return release_together(procs)
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.communicate()
 
 
 def store_at(kind: str, path: Path) -> Any:
