@@ -13,7 +13,8 @@ gives the same durability, written as anyone would write it with nothing else ar
 * ``remember`` of a new key and ``get_fact`` hit (2,000 facts) on SQLite. Floors: one committed
   ``INSERT OR REPLACE`` of the fact's JSON; one ``SELECT`` by key + ``json.loads``.
 * Many writers: 8 threads and 8 asyncio tasks adding turns to 8 conversations of one memory on
-  one SQLite file, against one writer adding the same turns serially (commits one by one).
+  one SQLite file, against one writer adding the same turns serially (commits one by one); 8
+  processes on the file as a reference.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ import json
 import os
 import sqlite3
 import statistics
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -61,6 +64,7 @@ SELECT_FLOOR = "floor: one SELECT by key + json.loads (sqlite3)"
 SERIAL = "one writer, serial commits"
 THREADS = "8 threads, one conversation each"
 TASKS = "8 asyncio tasks, one conversation each"
+PROCESSES = "8 processes, one conversation each (reference)"
 WRITERS = 8
 USER = "bench-user"
 
@@ -574,6 +578,69 @@ def _timed_commits(store: Any, spent: list[float]) -> None:
     store.save_if = timed
 
 
+# One writer process: its own memory on the shared file, released with the others; it prints
+# when its turns started and ended (time.perf_counter is CLOCK_MONOTONIC, one clock for every
+# process on Linux), so start-up and exit stay off the clock.
+_PROCESS_WRITER = """
+import json, sys, time
+cfg = json.loads(sys.stdin.readline())
+from memlane import ConversationMemory, SQLiteStore
+store = SQLiteStore(cfg["path"])
+memory = ConversationMemory(max_tokens=cfg["budget"], store=store)
+for prompt, response in cfg["turns"][:3]:  # imports and caches warmed, off the clock
+    memory.add_turn(cfg["cid"] + "-warm", prompt, response)
+print("ready", flush=True)
+assert sys.stdin.readline().strip() == "go"
+start = time.perf_counter()
+for prompt, response in cfg["turns"]:
+    memory.add_turn(cfg["cid"], prompt, response)
+end = time.perf_counter()
+store.close()
+print(json.dumps([start, end]), flush=True)
+"""
+
+
+def _in_processes(path: str, cids: list[str], jobs: list[list[tuple[str, str]]]) -> float:
+    """Seconds from the first process's first turn to the last one's last turn."""
+    env = {k: v for k, v in os.environ.items() if k != "MEMLANE_PURE_PYTHON"}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _PROCESS_WRITER],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        for _ in cids
+    ]
+    try:
+        for proc, cid, job in zip(procs, cids, jobs, strict=True):
+            assert proc.stdin is not None
+            proc.stdin.write(json.dumps({"path": path, "cid": cid, "turns": job, "budget": BUDGET}))
+            proc.stdin.write("\n")
+            proc.stdin.flush()
+        for proc in procs:
+            assert proc.stdout is not None
+            if proc.stdout.readline().strip() != "ready":
+                raise RuntimeError("a writer process did not start")
+        for proc in procs:
+            assert proc.stdin is not None
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+        spans = []
+        for proc in procs:
+            out, _ = proc.communicate(timeout=600)
+            if proc.returncode != 0:
+                raise RuntimeError(f"a writer process exited with {proc.returncode}")
+            spans.append(json.loads(out))
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+    return float(max(end for _, end in spans) - min(start for start, _ in spans))
+
+
 def _writers(
     pool: list[tuple[str, str]],
     mode: str,
@@ -594,6 +661,8 @@ def _writers(
                 store = SQLiteStore(os.path.join(tmp, "writers.sqlite3"))
                 cm = ConversationMemory(max_tokens=BUDGET, store=store)
             cids = [cm.new_conversation() for _ in range(WRITERS)]
+            # Imports and caches warmed off the clock, as the processes warm up theirs.
+            cm.add_turn(cm.new_conversation(), *jobs[0][0])
             spent = [0.0]
             if mode == SERIAL:
                 _timed_commits(store, spent)
@@ -603,6 +672,8 @@ def _writers(
                     for i in range(per_writer):
                         for w in range(WRITERS):
                             cm.add_turn(cids[w], *jobs[w][i])
+                elif mode == PROCESSES:
+                    elapsed = _in_processes(store.path, cids, jobs)
                 elif mode == THREADS:
                     barrier = threading.Barrier(WRITERS)
 
@@ -626,7 +697,8 @@ def _writers(
                         await asyncio.gather(*(write_async(w) for w in range(WRITERS)))
 
                     asyncio.run(main())
-                elapsed = time.perf_counter() - start
+                if mode != PROCESSES:
+                    elapsed = time.perf_counter() - start
                 if mode == SERIAL:
                     commit_share.append(spent[0] / elapsed)
                 for w, cid in enumerate(cids):
@@ -657,7 +729,9 @@ def _many(
         f"Many writers: {WRITERS} conversations of one ConversationMemory on one SQLite file, "
         f"{per_writer} turns each per repetition (string turns, exact counting); the serial "
         "writer adds the same turns round-robin from one thread. A fresh memory then reads every "
-        "conversation back: no turn lost. Reported per turn (wall time / turns)."
+        "conversation back: no turn lost. Reported per turn (wall time / turns). For reference, "
+        "8 processes, each its own memory on the file, add the same turns (timed from the first "
+        "process's first turn to the last one's last, after each has warmed up)."
     )
     log(f"  {MANY}")
     grouped: dict[str, list[int]] = {}
@@ -666,7 +740,7 @@ def _many(
         cfg.reps,
         [
             (mode, _writers(pool, mode, per_writer, grouped, commit_share))
-            for mode in (SERIAL, THREADS, TASKS)
+            for mode in (SERIAL, THREADS, TASKS, PROCESSES)
         ],
         log=log,
     )
@@ -686,6 +760,12 @@ def _many(
                 f"{writes:,} conditional writes in {batches:,} transactions "
                 f"({writes / batches:.2f} a commit); no turn lost"
             )
+    spread = find(result.rows, MANY, PROCESSES)
+    if spread:
+        spread.check = (
+            f"no turn lost; {os.cpu_count()} cores: processes run at most that many turns at "
+            "once, their commits one at a time (SQLite's write lock)"
+        )
     serial = find(result.rows, MANY, SERIAL)
     if serial and commit_share:
         share = statistics.median(commit_share)
