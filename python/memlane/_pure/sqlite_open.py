@@ -17,6 +17,7 @@ __all__ = [
     "begin",
     "check_memlane",
     "has_contentless_search",
+    "has_one_key_index",
     "has_search",
     "has_vectors",
     "has_version",
@@ -97,6 +98,17 @@ def has_contentless_search(conn: sqlite3.Connection) -> bool:
     """Whether the search index keeps no copy of the texts: an FTS5 table with content keeps
     them in its ``_content`` shadow table, one more page written by every searchable write."""
     return not _has_table(conn, "memory_search_content")
+
+
+def has_one_key_index(conn: sqlite3.Connection) -> bool:
+    """Whether the file has the schema's one namespace index: no ``(namespace, seq)`` index,
+    and a ``(namespace, key)`` index over every row rather than keyed rows only."""
+    if _has_table(conn, "memory_entries_namespace"):
+        return False
+    found = conn.execute(
+        "SELECT sql FROM sqlite_master WHERE name = 'memory_entries_namespace_key'"
+    ).fetchone()
+    return found is not None and "WHERE" not in found[0]
 
 
 def has_vectors(conn: sqlite3.Connection) -> bool:
