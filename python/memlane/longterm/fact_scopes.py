@@ -21,6 +21,7 @@ __all__ = [
     "check_key",
     "check_scope",
     "fact_namespace",
+    "visible_namespaces",
 ]
 
 MEMORY_TYPES = ("facts", "procedures", "episodes", "all")
@@ -79,6 +80,30 @@ def check_ids(
             visible.append((scope, check_identifier(given, name)))
     visible.append((FactScope.GLOBAL, None))
     return visible
+
+
+def visible_namespaces(session_id: object, user_id: object, agent_id: object) -> tuple[str, ...]:
+    """The namespaces of the scopes :func:`check_ids` returns, in its order (checked as it
+    checks them).
+
+    Every ``get_fact`` asks for them: ids that are ``str`` or ``None`` take a cache (an id
+    seen before costs one lookup); anything else takes :func:`check_ids` and its errors.
+    """
+    if (
+        (session_id is None or type(session_id) is str)
+        and (user_id is None or type(user_id) is str)
+        and (agent_id is None or type(agent_id) is str)
+    ):
+        return _visible_namespaces(session_id, user_id, agent_id)
+    return tuple(fact_namespace(s, i) for s, i in check_ids(session_id, user_id, agent_id))
+
+
+@functools.lru_cache(maxsize=4096)
+def _visible_namespaces(
+    session_id: str | None, user_id: str | None, agent_id: str | None
+) -> tuple[str, ...]:
+    # An error is raised, never cached: a bad id is refused every time.
+    return tuple(fact_namespace(s, i) for s, i in check_ids(session_id, user_id, agent_id))
 
 
 def check_key(key: object) -> str:

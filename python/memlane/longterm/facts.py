@@ -27,6 +27,7 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from memlane._runner import (
+    Done,
     Load,
     LoadByKey,
     Namespaces,
@@ -42,12 +43,14 @@ from memlane.longterm.fact_plans import (
     delete_fact_plan,
     fact_entry,
     find_fact_plan,
+    find_in_plan,
     near_duplicate_plan,
     plain_copy,
     read_fact,
     remember_plan,
     scope_facts_plan,
 )
+from memlane.longterm.fact_reads import inline_store, maybe_now, run_now
 from memlane.longterm.fact_scopes import (
     FACTS_PREFIX,
     MEMORY_TYPES,
@@ -56,6 +59,7 @@ from memlane.longterm.fact_scopes import (
     check_key,
     check_scope,
     fact_namespace,
+    visible_namespaces,
 )
 from memlane.longterm.namespaces import parse_namespace
 from memlane.longterm.storage import (
@@ -124,7 +128,7 @@ class Facts(StoragePart):
         confidence: float = 0.8,
         overwrite: bool = True,
         dedupe: float | None = None,
-    ) -> Plan[RememberResult]:
+    ) -> Step[RememberResult]:
         """Remembers that ``key`` is ``value`` in a scope; what happened, and the fact.
 
         * ``created``: the scope did not hold ``key``; a new fact with
@@ -186,17 +190,59 @@ class Facts(StoragePart):
                 )
             if self._storage.embedder is None:
                 raise ValueError("dedupe needs an embedder: pass embedder= to the memory")
-            same = yield from near_duplicate_plan(
-                self._storage, key, value, checked_scope, checked_id, dedupe
+            return self._deduped_plan(
+                key, value, checked_scope, checked_id, kind, confidence, overwrite, dedupe
             )
-            if same is not None:
-                key, value = same.key, same.value
-        result = yield from remember_plan(
-            key, value, checked_scope, checked_id, kind, confidence, overwrite
-        )
-        if result.status != "skipped" and result.fact.fact_type is FactType.USER_PREFERENCE:
-            yield from self._preferences_changed_plan(checked_scope, checked_id)
+        plan = remember_plan(key, value, checked_scope, checked_id, kind, confidence, overwrite)
+        store = self._storage.store
+        if self._storage.writer is None and inline_store(store):
+            # In process memory nothing can block and, without an embedder, nothing is
+            # embedded: the same plan runs here, without the runner.
+            result = run_now(plan, store).value
+            if self._changes_preferences(result, checked_scope):
+                return self._preferences_then(result, checked_scope, checked_id)
+            return Done(result)
+        return self._remember_then(plan, checked_scope, checked_id)
+
+    def _deduped_plan(
+        self,
+        key: str,
+        value: Any,
+        scope: FactScope,
+        scope_id: str | None,
+        kind: FactType,
+        confidence: float,
+        overwrite: bool,
+        dedupe: float,
+    ) -> Plan[RememberResult]:
+        same = yield from near_duplicate_plan(self._storage, key, value, scope, scope_id, dedupe)
+        if same is not None:
+            key, value = same.key, same.value
+        plan = remember_plan(key, value, scope, scope_id, kind, confidence, overwrite)
+        return (yield from self._remember_then(plan, scope, scope_id))
+
+    def _remember_then(
+        self, plan: Plan[RememberResult], scope: FactScope, scope_id: str | None
+    ) -> Plan[RememberResult]:
+        """``plan``, then the cached preferences kept in step if it changed one of them."""
+        result = yield from plan
+        if self._changes_preferences(result, scope):
+            yield from self._preferences_changed_plan(scope, scope_id)
         return result
+
+    def _preferences_then(
+        self, result: RememberResult, scope: FactScope, scope_id: str | None
+    ) -> Plan[RememberResult]:
+        yield from self._preferences_changed_plan(scope, scope_id)
+        return result
+
+    def _changes_preferences(self, result: RememberResult, scope: FactScope) -> bool:
+        return (
+            result.status != "skipped"
+            and result.fact.fact_type is FactType.USER_PREFERENCE
+            and scope is FactScope.USER
+            and self._users is not None
+        )
 
     remember = writing_method(_remember)
     async_remember = async_writing_method(_remember)
@@ -350,7 +396,9 @@ class Facts(StoragePart):
             TypeError, ValueError: A key or id that is not a non-empty ``str``.
         """
         key = check_key(key)
-        return find_fact_plan(key, check_ids(session_id, user_id, agent_id))
+        plan = find_in_plan(key, visible_namespaces(session_id, user_id, agent_id))
+        # In process memory nothing can block: the plan runs here, without the runner.
+        return maybe_now(plan, self._storage.store)
 
     get_fact = sync_method(_get_fact)
     async_get_fact = async_method(_get_fact)

@@ -7,13 +7,14 @@
 from __future__ import annotations
 
 import enum
+import json
 from typing import Any, TypeVar, cast
 
 from memlane._validate import type_name
 from memlane.errors import UnstorableValueError
 from memlane.stores.protocol import find_unstorable
 
-__all__ = ["check_enum", "check_json_value"]
+__all__ = ["check_enum", "check_json_value", "plain_copy"]
 
 
 def check_json_value(value: Any, name: str) -> Any:
@@ -53,3 +54,42 @@ def check_enum(value: object, kind: type[E], name: str) -> E:
     except ValueError:
         allowed = ", ".join(repr(member.value) for member in kind)
         raise ValueError(f"{name} must be one of {allowed}, got {value!r}") from None
+
+
+_PLAIN_SCALARS = (str, int, float, bool)
+
+
+class _NotExact(Exception):
+    """A value holding a subclass of a JSON type, which only a JSON round trip normalises."""
+
+
+def plain_copy(value: Any) -> Any:
+    """A checked JSON value as stored: its own copy, tuples as lists (scalars as they are).
+
+    Values of the exact built-in types are copied directly (a third of the time of a
+    ``json`` round trip, which was a tenth of a ``remember``); a value holding a subclass
+    (an ``IntEnum``, a ``str`` subclass) takes the round trip, which makes it plain.
+    """
+    if type(value) in _PLAIN_SCALARS or value is None:
+        return value
+    try:
+        return _exact_copy(value)
+    except _NotExact:
+        return json.loads(json.dumps(value))
+
+
+def _exact_copy(value: Any) -> Any:
+    kind = type(value)
+    if kind is dict:
+        return {_exact_key(k): _exact_copy(v) for k, v in value.items()}
+    if kind is list or kind is tuple:
+        return [_exact_copy(v) for v in value]
+    if kind in _PLAIN_SCALARS or value is None:
+        return value
+    raise _NotExact
+
+
+def _exact_key(key: Any) -> str:
+    if type(key) is not str:
+        raise _NotExact
+    return key

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import threading
 from collections.abc import Sequence
+from time import time
 
 from memlane import _backend
 from memlane.stores._base import LocalStore, awaitable
@@ -229,9 +230,15 @@ class InMemoryStore(LocalStore):
 
     def load_by_key(self, namespace: str, key: str) -> MemoryEntry | None:
         """The unexpired entry holding ``key``, or ``None``."""
-        namespace, key = check_namespace(namespace), check_key(key)
-        self._check_open()
-        found: MemoryEntry | None = self._table.load_by_key(namespace, key, now())
+        # Each check inline where it passes: every get_fact and remember reads here, and the
+        # calls cost as much as the table's lookup. The full checks name what failed.
+        if type(namespace) is not str or not namespace or "\x00" in namespace:
+            namespace = check_namespace(namespace)
+        if type(key) is not str:
+            key = check_key(key)
+        if self._closed:
+            self._check_open()
+        found: MemoryEntry | None = self._table.load_by_key(namespace, key, time())
         return found
 
     def delete(self, namespace: str, entry_id: str) -> bool:
