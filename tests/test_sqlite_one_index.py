@@ -226,6 +226,7 @@ class TestOlderFiles:
             assert again.load("ns1")[-1].entry_id == "e051"
         assert is_one_index(indexes(path))
 
+    @pytest.mark.twins
     def test_processes_opening_an_old_file_at_once(self, tmp_path: Path) -> None:
         """Three processes (both implementations) open one old file writable together: one
         migrates, the others find it done, and every write lands."""

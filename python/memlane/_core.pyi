@@ -348,6 +348,15 @@ class SqliteTable:
         Raises:
             ValueError: The table is closed.
         """
+    def load_content_by_key(
+        self, namespace: str, key: str, now: float
+    ) -> tuple[str, int, str] | None:
+        """``(entry_id, version, content)`` of :meth:`load_by_key`'s row, the content as the JSON
+        text stored, or ``None``.
+
+        Raises:
+            ValueError: The table is closed.
+        """
     def load_entries(
         self, namespace: str, now: float, kit: _EntryKit
     ) -> tuple[list[Any], list[int]]:

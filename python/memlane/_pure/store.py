@@ -358,6 +358,21 @@ class SqliteTable:
             row: Row | None = cur.fetchone()
             return row
 
+    def load_content_by_key(
+        self, namespace: str, key: str, now: float
+    ) -> tuple[str, int, str] | None:
+        """``(entry_id, version, content)`` of :meth:`load_by_key`'s row, the content as the
+        JSON text stored, or ``None``: for a reader that decodes (or caches by) the text itself
+        and needs none of the row's other fields."""
+        with self._lock:
+            cur = self._open().execute(
+                "SELECT entry_id, version, content FROM memory_entries "
+                f"WHERE namespace = ? AND key = ? AND {_LIVE}",
+                (namespace, key, now),
+            )
+            found: tuple[str, int, str] | None = cur.fetchone()
+            return found
+
     def load_range(self, namespace: str, start: str, stop: str, now: float) -> list[Row]:
         """Unexpired rows whose key is in ``[start, stop)``, in key order.
 

@@ -295,6 +295,25 @@ class SQLiteStore(LocalStore):
         entry: MemoryEntry | None = found  # the table built it with ENTRY_KIT, or found none
         return entry
 
+    def load_content_by_key(self, namespace: str, key: str) -> tuple[str, int, str] | None:
+        """``(entry_id, version, content)`` of the unexpired entry holding ``key``, or ``None``.
+
+        ``content`` is the JSON text exactly as stored, not decoded, and no entry is built: for
+        a reader that decodes the text itself (or caches by it, since another process may
+        rewrite the row at any time).
+
+        Raises:
+            TypeError, ValueError: A bad ``namespace`` or ``key``, named.
+            StoreError: SQLite failed (an ``OSError``).
+            StoreClosedError: The store was closed.
+        """
+        namespace, key = check_namespace(namespace), check_key(key)
+        self._check_open()
+        with self._errors:
+            return self._table.load_content_by_key(namespace, key, now())
+
+    async_load_content_by_key = awaitable(load_content_by_key)
+
     def search(
         self,
         namespaces: Sequence[str],

@@ -230,6 +230,16 @@ impl SqliteTable {
         self.run(py, |table| table.load_by_key(namespace, key, now))
     }
 
+    fn load_content_by_key(
+        &self,
+        py: Python<'_>,
+        namespace: &str,
+        key: &str,
+        now: f64,
+    ) -> PyResult<Option<(String, i64, String)>> {
+        self.run(py, |table| table.load_content_by_key(namespace, key, now))
+    }
+
     /// `load` as `(items, odd)`: `MemoryEntry` objects built from the rows (see
     /// `entries.rs`), except at the indices in `odd`, which hold rows for `row_to_entry`.
     fn load_entries<'py>(

@@ -321,6 +321,8 @@ const LOAD_RANGE: &str =
     "SELECT entry_id, scope, key, content, metadata, created_at, expires_at, importance, version \
     FROM memory_entries WHERE namespace = ? AND key >= ? AND key < ? \
     AND (expires_at IS NULL OR expires_at > ?) ORDER BY key";
+const LOAD_CONTENT_BY_KEY: &str = "SELECT entry_id, version, content FROM memory_entries \
+    WHERE namespace = ? AND key = ? AND (expires_at IS NULL OR expires_at > ?)";
 const HOLDER_VERSION: &str = "SELECT version FROM memory_entries \
     WHERE namespace = ? AND key = ? AND (expires_at IS NULL OR expires_at > ?)";
 const DELETE_KEY_HOLDER: &str =
@@ -782,6 +784,23 @@ impl SqliteTable {
         Ok(rows.next()?.map(read_row).transpose()?)
     }
 
+    /// `(entry_id, version, content)` of the unexpired row holding `key`, the content as the
+    /// JSON text stored: for a reader that decodes (or caches by) the text itself and needs
+    /// none of the row's other fields. The same values, and errors, as `load_by_key`'s.
+    pub fn load_content_by_key(
+        &self,
+        namespace: &str,
+        key: &str,
+        now: f64,
+    ) -> Result<Option<(String, i64, String)>, Error> {
+        let mut stmt = self.conn.prepare_cached(LOAD_CONTENT_BY_KEY)?;
+        let mut rows = stmt.query(params![namespace, key, now])?;
+        let Some(row) = rows.next()? else {
+            return Ok(None);
+        };
+        Ok(Some((row.get(0)?, row.get(1)?, row.get(2)?)))
+    }
+
     /// The unexpired rows of `namespaces` with `importance >= min_importance` whose search text
     /// holds any of `terms`, each with its score (> 0, higher is better): best first, then by
     /// importance, then in insertion order; at most `limit`. Served by the FTS index; `terms`
@@ -1119,6 +1138,21 @@ mod tests {
             plan.contains("USING INDEX memory_entries_namespace_key"),
             "{plan}"
         );
+    }
+
+    #[test]
+    fn load_content_by_key_is_load_by_keys_fields() {
+        let t = memory();
+        t.save("a", &versioned("1", "k", 3)).unwrap();
+        t.save("a", &row("2", Some("gone"), Some(1.0), 0.5))
+            .unwrap();
+        let full = t.load_by_key("a", "k", 0.0).unwrap().unwrap();
+        assert_eq!(
+            t.load_content_by_key("a", "k", 0.0).unwrap(),
+            Some((full.entry_id, full.version, full.content))
+        );
+        assert_eq!(t.load_content_by_key("a", "gone", 2.0).unwrap(), None);
+        assert_eq!(t.load_content_by_key("b", "k", 0.0).unwrap(), None);
     }
 
     #[test]
