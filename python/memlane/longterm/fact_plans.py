@@ -118,6 +118,8 @@ def fact_json(fact: Fact) -> CheckedJson:
     the fact a caller is handed."""
     values = fact.__dict__
     history = values["history"]
+    created, updated = values["created_at"], values["updated_at"]
+    created_text = _iso(created)
     return CheckedJson(  # by keyword: the object is built once, not from a dict copied into it
         key=values["key"],
         value=plain_copy(values["value"]),
@@ -127,8 +129,8 @@ def fact_json(fact: Fact) -> CheckedJson:
         confidence=values["confidence"],
         times_confirmed=values["times_confirmed"],
         times_contradicted=values["times_contradicted"],
-        created_at=_iso(values["created_at"]),
-        updated_at=_iso(values["updated_at"]),
+        created_at=created_text,
+        updated_at=created_text if updated is created else _iso(updated),  # a new fact's
         history=[
             {"value": plain_copy(r.value), "replaced_at": _iso(r.replaced_at)} for r in history
         ]

@@ -27,6 +27,7 @@ docstring), and every sync method has an ``async_`` twin running the same plan. 
 from __future__ import annotations
 
 import functools
+import operator
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, ClassVar, Concatenate, ParamSpec, TypeVar
 
@@ -85,6 +86,17 @@ def _named(forwarded: F, method: Callable[..., Any]) -> F:
     functools.update_wrapper(forwarded, method)
     forwarded.__qualname__ = f"LongTermMemory.{method.__name__}"
     return forwarded
+
+
+# The parts, read in C: each call of a forwarded method reads one.
+_FACTS = operator.attrgetter("_facts")
+_RECALL = operator.attrgetter("_recall")
+_SEARCH = operator.attrgetter("_search")
+_EPISODES = operator.attrgetter("_episodes")
+_PROCEDURES = operator.attrgetter("_procedures")
+_USERS = operator.attrgetter("_users")
+_ERASER = operator.attrgetter("_eraser")
+_UPKEEP = operator.attrgetter("_upkeep")
 
 
 class LongTermMemory:
@@ -159,74 +171,68 @@ class LongTermMemory:
 
     # ------------------------------------------------------------------ facts
 
-    remember = _forward(lambda m: m._facts, Facts.remember)
-    async_remember = _forward_async(lambda m: m._facts, Facts.async_remember)
-    remember_many = _forward(lambda m: m._facts, Facts.remember_many)
-    async_remember_many = _forward_async(lambda m: m._facts, Facts.async_remember_many)
-    contradict = _forward(lambda m: m._facts, Facts.contradict)
-    async_contradict = _forward_async(lambda m: m._facts, Facts.async_contradict)
-    forget = _forward(lambda m: m._facts, Facts.forget)
-    async_forget = _forward_async(lambda m: m._facts, Facts.async_forget)
-    get_fact = _forward(lambda m: m._facts, Facts.get_fact)
-    async_get_fact = _forward_async(lambda m: m._facts, Facts.async_get_fact)
-    facts = _forward(lambda m: m._facts, Facts.facts)
-    async_facts = _forward_async(lambda m: m._facts, Facts.async_facts)
+    remember = _forward(_FACTS, Facts.remember)
+    async_remember = _forward_async(_FACTS, Facts.async_remember)
+    remember_many = _forward(_FACTS, Facts.remember_many)
+    async_remember_many = _forward_async(_FACTS, Facts.async_remember_many)
+    contradict = _forward(_FACTS, Facts.contradict)
+    async_contradict = _forward_async(_FACTS, Facts.async_contradict)
+    forget = _forward(_FACTS, Facts.forget)
+    async_forget = _forward_async(_FACTS, Facts.async_forget)
+    get_fact = _forward(_FACTS, Facts.get_fact)
+    async_get_fact = _forward_async(_FACTS, Facts.async_get_fact)
+    facts = _forward(_FACTS, Facts.facts)
+    async_facts = _forward_async(_FACTS, Facts.async_facts)
 
     # ------------------------------------------------------------------ finding
 
-    recall = _forward(lambda m: m._recall, Recall.recall)
-    async_recall = _forward_async(lambda m: m._recall, Recall.async_recall)
-    search = _forward(lambda m: m._search, RankedSearch.search)
-    async_search = _forward_async(lambda m: m._search, RankedSearch.async_search)
+    recall = _forward(_RECALL, Recall.recall)
+    async_recall = _forward_async(_RECALL, Recall.async_recall)
+    search = _forward(_SEARCH, RankedSearch.search)
+    async_search = _forward_async(_SEARCH, RankedSearch.async_search)
 
     # ------------------------------------------------------------------ episodes
 
-    record_episode = _forward(lambda m: m._episodes, Episodes.record_episode)
-    async_record_episode = _forward_async(lambda m: m._episodes, Episodes.async_record_episode)
-    episode_from_run = _forward(lambda m: m._episodes, Episodes.episode_from_run)
-    async_episode_from_run = _forward_async(lambda m: m._episodes, Episodes.async_episode_from_run)
-    episodes = _forward(lambda m: m._episodes, Episodes.episodes)
-    async_episodes = _forward_async(lambda m: m._episodes, Episodes.async_episodes)
+    record_episode = _forward(_EPISODES, Episodes.record_episode)
+    async_record_episode = _forward_async(_EPISODES, Episodes.async_record_episode)
+    episode_from_run = _forward(_EPISODES, Episodes.episode_from_run)
+    async_episode_from_run = _forward_async(_EPISODES, Episodes.async_episode_from_run)
+    episodes = _forward(_EPISODES, Episodes.episodes)
+    async_episodes = _forward_async(_EPISODES, Episodes.async_episodes)
 
     # ------------------------------------------------------------------ procedures
 
-    add_procedure = _forward(lambda m: m._procedures, Procedures.add_procedure)
-    async_add_procedure = _forward_async(lambda m: m._procedures, Procedures.async_add_procedure)
-    record_procedure_use = _forward(lambda m: m._procedures, Procedures.record_procedure_use)
-    async_record_procedure_use = _forward_async(
-        lambda m: m._procedures, Procedures.async_record_procedure_use
-    )
-    get_procedure = _forward(lambda m: m._procedures, Procedures.get_procedure)
-    async_get_procedure = _forward_async(lambda m: m._procedures, Procedures.async_get_procedure)
-    procedures = _forward(lambda m: m._procedures, Procedures.procedures)
-    async_procedures = _forward_async(lambda m: m._procedures, Procedures.async_procedures)
-    match_procedures = _forward(lambda m: m._procedures, Procedures.match_procedures)
-    async_match_procedures = _forward_async(
-        lambda m: m._procedures, Procedures.async_match_procedures
-    )
+    add_procedure = _forward(_PROCEDURES, Procedures.add_procedure)
+    async_add_procedure = _forward_async(_PROCEDURES, Procedures.async_add_procedure)
+    record_procedure_use = _forward(_PROCEDURES, Procedures.record_procedure_use)
+    async_record_procedure_use = _forward_async(_PROCEDURES, Procedures.async_record_procedure_use)
+    get_procedure = _forward(_PROCEDURES, Procedures.get_procedure)
+    async_get_procedure = _forward_async(_PROCEDURES, Procedures.async_get_procedure)
+    procedures = _forward(_PROCEDURES, Procedures.procedures)
+    async_procedures = _forward_async(_PROCEDURES, Procedures.async_procedures)
+    match_procedures = _forward(_PROCEDURES, Procedures.match_procedures)
+    async_match_procedures = _forward_async(_PROCEDURES, Procedures.async_match_procedures)
 
     # ------------------------------------------------------------------ users
 
-    identify_user = _forward(lambda m: m._users, Users.identify_user)
-    async_identify_user = _forward_async(lambda m: m._users, Users.async_identify_user)
-    get_user = _forward(lambda m: m._users, Users.get_user)
-    async_get_user = _forward_async(lambda m: m._users, Users.async_get_user)
-    merge_users = _forward(lambda m: m._users, Users.merge_users)
-    async_merge_users = _forward_async(lambda m: m._users, Users.async_merge_users)
-    record_user_activity = _forward(lambda m: m._users, Users.record_user_activity)
-    async_record_user_activity = _forward_async(
-        lambda m: m._users, Users.async_record_user_activity
-    )
-    user_context = _forward(lambda m: m._users, Users.user_context)
-    async_user_context = _forward_async(lambda m: m._users, Users.async_user_context)
-    thread_id = _forward(lambda m: m._users, Users.thread_id)
-    async_thread_id = _forward_async(lambda m: m._users, Users.async_thread_id)
-    forget_user = _forward(lambda m: m._eraser, UserEraser.forget_user)
-    async_forget_user = _forward_async(lambda m: m._eraser, UserEraser.async_forget_user)
+    identify_user = _forward(_USERS, Users.identify_user)
+    async_identify_user = _forward_async(_USERS, Users.async_identify_user)
+    get_user = _forward(_USERS, Users.get_user)
+    async_get_user = _forward_async(_USERS, Users.async_get_user)
+    merge_users = _forward(_USERS, Users.merge_users)
+    async_merge_users = _forward_async(_USERS, Users.async_merge_users)
+    record_user_activity = _forward(_USERS, Users.record_user_activity)
+    async_record_user_activity = _forward_async(_USERS, Users.async_record_user_activity)
+    user_context = _forward(_USERS, Users.user_context)
+    async_user_context = _forward_async(_USERS, Users.async_user_context)
+    thread_id = _forward(_USERS, Users.thread_id)
+    async_thread_id = _forward_async(_USERS, Users.async_thread_id)
+    forget_user = _forward(_ERASER, UserEraser.forget_user)
+    async_forget_user = _forward_async(_ERASER, UserEraser.async_forget_user)
 
     # ------------------------------------------------------------------ vectors
 
-    flush = _forward(lambda m: m._upkeep, VectorUpkeep.flush)
-    async_flush = _forward_async(lambda m: m._upkeep, VectorUpkeep.async_flush)
-    reembed = _forward(lambda m: m._upkeep, VectorUpkeep.reembed)
-    async_reembed = _forward_async(lambda m: m._upkeep, VectorUpkeep.async_reembed)
+    flush = _forward(_UPKEEP, VectorUpkeep.flush)
+    async_flush = _forward_async(_UPKEEP, VectorUpkeep.async_flush)
+    reembed = _forward(_UPKEEP, VectorUpkeep.reembed)
+    async_reembed = _forward_async(_UPKEEP, VectorUpkeep.async_reembed)

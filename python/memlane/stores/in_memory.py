@@ -11,6 +11,7 @@ from time import time
 from memlane import _backend
 from memlane.stores._base import LocalStore, awaitable
 from memlane.stores.protocol import (
+    MAX_VERSION,
     SEARCH_TEXT,
     SearchableStore,
     SearchHit,
@@ -104,12 +105,15 @@ class InMemoryStore(LocalStore):
             self._index = type(self._index)()
             self._vectors = None
 
-    def _write(self, namespace: str, entry: MemoryEntry) -> None:
+    def _write(
+        self, namespace: str, entry: MemoryEntry, holder: MemoryEntry | None | bool = True
+    ) -> None:
         """Saves ``entry`` in the table and mirrors the change in the search index.
 
         The caller holds the write lock. The index must lose every entry the save removes
         from the table (the entry's previous version, and the holder of its key) and gain the
-        entry if it has a search text.
+        entry if it has a search text. ``holder`` is the entry holding ``entry.key`` (expired
+        or not) when the caller has just read it, ``True`` when it has not.
         """
         # search_text's rule, inlined: this line runs for every conversation turn saved.
         text = entry.metadata.get(SEARCH_TEXT)
@@ -123,8 +127,9 @@ class InMemoryStore(LocalStore):
             return
         vectors = self._vectors
         if entry.key is not None:
-            holder: MemoryEntry | None = self._table.load_by_key(namespace, entry.key, _EVER)
-            if holder is not None and holder.entry_id != entry.entry_id:
+            if holder is True:
+                holder = self._table.load_by_key(namespace, entry.key, _EVER)
+            if isinstance(holder, MemoryEntry) and holder.entry_id != entry.entry_id:
                 self._index.remove(holder.entry_id)
                 if vectors is not None:
                     vectors.remove(holder.entry_id)
@@ -187,20 +192,27 @@ class InMemoryStore(LocalStore):
             ValueError: ``expected_version`` is negative or too large.
             StoreClosedError: The store was closed.
         """
-        namespace = check_namespace(namespace)
+        if type(namespace) is not str or not namespace or "\x00" in namespace:
+            namespace = check_namespace(namespace)
         entry = check_storable(check_keyed_entry(entry))
-        expected_version = check_expected_version(expected_version)
+        if expected_version is not None and (
+            type(expected_version) is not int or not 0 <= expected_version < MAX_VERSION
+        ):
+            expected_version = check_expected_version(expected_version)
         stored = _at_version(entry, next_version(expected_version))
         key = entry.key
         assert key is not None  # check_keyed_entry refused None
-        self._check_write()
+        if self._closed or self.read_only:
+            self._check_write()
         # acquire/release rather than `with`, as in save: conversation turns are saved here.
         self._write_lock.acquire()
         try:
-            holder: MemoryEntry | None = self._table.load_by_key(namespace, key, now())
+            at = time()
+            holder: MemoryEntry | None = self._table.load_by_key(namespace, key, at)
             if (None if holder is None else holder.version) != expected_version:
                 return False
-            self._write(namespace, stored)
+            # The unexpired holder is the holder: an expired one is looked up again.
+            self._write(namespace, stored, True if holder is None else holder)
             return True
         finally:
             self._write_lock.release()
