@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
 from datetime import datetime
 from functools import partial
 from typing import TYPE_CHECKING, Any, Literal
@@ -32,7 +31,7 @@ from memlane.longterm.fact_model import (
     RememberResult,
     render_value,
 )
-from memlane.longterm.fact_reads import HeldFact, LoadFact, read_fact
+from memlane.longterm.fact_reads import FindFact, HeldFact, LoadFact, read_fact
 from memlane.longterm.fact_scopes import fact_namespace
 from memlane.longterm.value_checks import plain_copy
 from memlane.stores.protocol import SEARCH_TEXT, next_version
@@ -54,7 +53,6 @@ __all__ = [
     "fact_entry",
     "fact_json",
     "find_fact_plan",
-    "find_in_plan",
     "near_duplicate_plan",
     "new_entry_id",
     "plain_copy",
@@ -263,16 +261,8 @@ def delete_fact_plan(key: str, scope: FactScope, scope_id: str | None) -> Plan[F
 
 def find_fact_plan(key: str, visible: list[tuple[FactScope, str | None]]) -> Plan[Fact | None]:
     """The fact ``key`` of the first of the ``visible`` scopes (most specific first) holding it."""
-    return (yield from find_in_plan(key, [fact_namespace(s, i) for s, i in visible]))
-
-
-def find_in_plan(key: str, namespaces: Sequence[str]) -> Plan[Fact | None]:
-    """The fact ``key`` of the first of ``namespaces`` holding it (its own copy), or ``None``."""
-    for where in namespaces:
-        held: HeldFact | None = yield LoadFact(where, key)
-        if held is not None:
-            return held.fact
-    return None
+    found: Fact | None = yield FindFact(tuple(fact_namespace(s, i) for s, i in visible), key)
+    return found
 
 
 def scope_facts_plan(scope: FactScope, scope_id: str | None) -> Plan[list[Fact]]:

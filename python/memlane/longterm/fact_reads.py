@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from pydantic import ValidationError
 
-from memlane._runner import Done, Plan, Step, StoreOp
+from memlane._runner import Done, Plan, StoreOp
 from memlane.errors import CorruptStoreError
 from memlane.longterm.fact_model import Fact, FactRevision
 from memlane.longterm.value_checks import plain_copy
@@ -44,12 +44,12 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CACHED_FACTS",
+    "FindFact",
     "HeldFact",
     "LoadFact",
     "copy_fact",
     "decoded_fact",
     "inline_store",
-    "maybe_now",
     "read_fact",
     "run_now",
 ]
@@ -204,9 +204,51 @@ def run_now(plan: Plan[T], store: Any) -> Done[T]:
         return Done(done.value)
 
 
-def maybe_now(plan: Plan[T], store: Any) -> Step[T]:
-    """``plan`` already run (:func:`run_now`) on an inline store, else ``plan`` for a runner."""
-    return run_now(plan, store) if inline_store(store) else plan
+def _read(store: MemoryStore, where: str, key: str) -> HeldFact | None:
+    """:class:`LoadFact` with the store's blocking methods."""
+    if type(store) is InMemoryStore:
+        entry = store.load_by_key(where, key)
+        return None if entry is None else _held(entry, where, in_memory=True)
+    load_content = getattr(store, "load_content_by_key", None)
+    if load_content is not None:
+        found = load_content(where, key)
+        if found is None:
+            return None
+        held = _from_text(found)
+        if held is not None:
+            return held
+    entry = store.load_by_key(where, key)
+    return None if entry is None else _held(entry, where, in_memory=False)
+
+
+async def _read_async(store: MemoryStore, where: str, key: str) -> HeldFact | None:
+    """:class:`LoadFact` with the store's ``async_`` methods."""
+    if type(store) is InMemoryStore:
+        entry = await store.async_load_by_key(where, key)
+        return None if entry is None else _held(entry, where, in_memory=True)
+    load_content = getattr(store, "async_load_content_by_key", None)
+    if load_content is not None:
+        found = await load_content(where, key)
+        if found is None:
+            return None
+        held = _from_text(found)
+        if held is not None:
+            return held
+    entry = await store.async_load_by_key(where, key)
+    return None if entry is None else _held(entry, where, in_memory=False)
+
+
+def _held(entry: MemoryEntry, where: str, *, in_memory: bool) -> HeldFact:
+    fact = decoded_fact(entry, where) if in_memory else read_fact(entry, where)
+    return HeldFact(entry.entry_id, entry.version, fact)
+
+
+def _from_text(found: tuple[str, int, Any]) -> HeldFact | None:
+    entry_id, version, text = found
+    if type(text) is not str:
+        return None
+    fact = _fact_of_text(text)
+    return None if fact is None else HeldFact(entry_id, version, fact)
 
 
 # Not frozen: a frozen dataclass sets each field through object.__setattr__, a third of the
@@ -221,45 +263,33 @@ class LoadFact(StoreOp["HeldFact | None"]):
 
     def run(self, store: MemoryStore) -> HeldFact | None:
         """Reads with the store's blocking methods."""
-        if type(store) is InMemoryStore:
-            entry = store.load_by_key(self.namespace, self.key)
-            return None if entry is None else self._held(entry, in_memory=True)
-        load_content = getattr(store, "load_content_by_key", None)
-        if load_content is not None:
-            found = load_content(self.namespace, self.key)
-            if found is None:
-                return None
-            held = self._from_text(found)
-            if held is not None:
-                return held
-        entry = store.load_by_key(self.namespace, self.key)
-        return None if entry is None else self._held(entry, in_memory=False)
+        return _read(store, self.namespace, self.key)
 
     async def run_async(self, store: MemoryStore) -> HeldFact | None:
         """Reads with the store's ``async_`` methods."""
-        if type(store) is InMemoryStore:
-            entry = await store.async_load_by_key(self.namespace, self.key)
-            return None if entry is None else self._held(entry, in_memory=True)
-        load_content = getattr(store, "async_load_content_by_key", None)
-        if load_content is not None:
-            found = await load_content(self.namespace, self.key)
-            if found is None:
-                return None
-            held = self._from_text(found)
+        return await _read_async(store, self.namespace, self.key)
+
+
+@dataclass(slots=True)
+class FindFact(StoreOp["Fact | None"]):
+    """The fact ``key`` of the first of ``namespaces`` holding it, or ``None``: a fact seen
+    through its scopes, most specific first, in one operation (no plan to run)."""
+
+    namespaces: tuple[str, ...]
+    key: str
+
+    def run(self, store: MemoryStore) -> Fact | None:
+        """Reads with the store's blocking methods, one namespace after the other."""
+        for where in self.namespaces:
+            held = _read(store, where, self.key)
             if held is not None:
-                return held
-        entry = await store.async_load_by_key(self.namespace, self.key)
-        return None if entry is None else self._held(entry, in_memory=False)
+                return held.fact
+        return None
 
-    def _held(self, entry: MemoryEntry, *, in_memory: bool) -> HeldFact:
-        where = self.namespace
-        fact = decoded_fact(entry, where) if in_memory else read_fact(entry, where)
-        return HeldFact(entry.entry_id, entry.version, fact)
-
-    @staticmethod
-    def _from_text(found: tuple[str, int, Any]) -> HeldFact | None:
-        entry_id, version, text = found
-        if type(text) is not str:
-            return None
-        fact = _fact_of_text(text)
-        return None if fact is None else HeldFact(entry_id, version, fact)
+    async def run_async(self, store: MemoryStore) -> Fact | None:
+        """Reads with the store's ``async_`` methods, one namespace after the other."""
+        for where in self.namespaces:
+            held = await _read_async(store, where, self.key)
+            if held is not None:
+                return held.fact
+        return None

@@ -43,14 +43,13 @@ from memlane.longterm.fact_plans import (
     delete_fact_plan,
     fact_entry,
     find_fact_plan,
-    find_in_plan,
     near_duplicate_plan,
     plain_copy,
     read_fact,
     remember_plan,
     scope_facts_plan,
 )
-from memlane.longterm.fact_reads import inline_store, maybe_now, run_now
+from memlane.longterm.fact_reads import FindFact, inline_store, run_now
 from memlane.longterm.fact_scopes import (
     FACTS_PREFIX,
     MEMORY_TYPES,
@@ -396,9 +395,10 @@ class Facts(StoragePart):
             TypeError, ValueError: A key or id that is not a non-empty ``str``.
         """
         key = check_key(key)
-        plan = find_in_plan(key, visible_namespaces(session_id, user_id, agent_id))
-        # In process memory nothing can block: the plan runs here, without the runner.
-        return maybe_now(plan, self._storage.store)
+        find = FindFact(visible_namespaces(session_id, user_id, agent_id), key)
+        store = self._storage.store
+        # In process memory nothing can block: the read runs here, without the runner.
+        return Done(find.run(store)) if inline_store(store) else find
 
     get_fact = sync_method(_get_fact)
     async_get_fact = async_method(_get_fact)
