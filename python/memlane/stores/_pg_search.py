@@ -1,7 +1,8 @@
 """PostgreSQLStore's search: the SQL of its word index, its trigram index and its ranking.
 
-Every row keeps two generated columns, so whoever writes a row (a save, ``save_if``'s server
-function, an older release still running) indexes it in the same statement:
+Every row keeps two search columns, which a trigger on the table fills, so whoever writes a
+row (a save, ``save_if``'s server function, an older release still running) indexes it in the
+same statement:
 
 - ``search_words``: the entry's ``metadata["search_text"]`` split the way
   :func:`~memlane.stores.protocol.search_terms` splits it (case folded, every run of
@@ -11,9 +12,17 @@ function, an older release still running) indexes it in the same statement:
 - ``search_vector``: ``to_tsvector('simple', search_words)``, whose lexemes are then exactly
   those words (no stemming, no stop words), with their positions (so their counts).
 
+The trigger runs only for a row that has a search text or had one (its ``WHEN`` clause), so
+a write with nothing to index (a conversation's turn, a working-memory value) pays nothing
+for search. Schema 6 computed the columns as ``GENERATED ... STORED`` expressions instead,
+which the server prepares again for every insert, search text or not: ~50 us of a turn's
+~250 us insert. Its tables keep their values when the expressions are dropped.
+
 A GIN index on ``search_vector`` finds the rows holding a word; a GIN trigram index on
 ``search_words`` (``pg_trgm``, where the extension can be had) finds rows holding a word
-close to a query term that no row holds (a typo, a prefix). Where ``btree_gin`` can be had,
+close to a query term that no row holds (a typo, a prefix). Both hold searchable rows only
+(the statements that read them say ``IS NOT NULL``): a row without a search text adds
+nothing to either. Where ``btree_gin`` can be had,
 the word index leads with ``namespace``: a search is then one index scan that steps through
 the namespace's entries only where a query word is, so it reads rows bounded by the
 matches. Without it the planner ANDs the word index with the ``(namespace, seq)`` index,
@@ -104,15 +113,16 @@ SELECT obj_description(to_regclass('{t}'), 'pg_class') AS version,
 
 
 def search_ddl(s: str, t: str, icu: bool) -> str:
-    """The search columns and their function, for a table of any age.
+    """The search columns, their function and the trigger that fills them, for a table of any
+    age.
 
-    Adding the generated columns to an existing table rewrites it once, which back-fills
-    every row; later writes keep them current by themselves.
+    A table made before search gains the columns, filled once here; one of schema 6 keeps
+    its generated columns' values as plain ones (``DROP EXPRESSION`` rewrites nothing).
     """
     collate = ' COLLATE "und-x-icu"' if icu else ""
     searchable = (
-        "CASE WHEN jsonb_typeof(metadata -> 'search_text') = 'string' "
-        "THEN metadata ->> 'search_text' END"
+        "CASE WHEN jsonb_typeof({row}metadata -> 'search_text') = 'string' "
+        "THEN {row}metadata ->> 'search_text' END"
     )
     return f"""
 -- upper() then lower() is case folding (ß and SS, σ and ς meet), done before the split so
@@ -123,11 +133,33 @@ LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $body$
                                 '[^[:alnum:]]+', ' ', 'g'))
 $body$;
 ALTER TABLE {t}
-    ADD COLUMN IF NOT EXISTS search_words TEXT
-        GENERATED ALWAYS AS ({s}.search_words({searchable})) STORED,
-    ADD COLUMN IF NOT EXISTS search_vector TSVECTOR
-        GENERATED ALWAYS AS (to_tsvector('simple'::regconfig, {s}.search_words({searchable})))
-        STORED;
+    ADD COLUMN IF NOT EXISTS search_words TEXT,
+    ADD COLUMN IF NOT EXISTS search_vector TSVECTOR;
+DO $plain$ BEGIN
+    IF (SELECT attgenerated FROM pg_attribute
+         WHERE attrelid = '{t}'::regclass AND attname = 'search_words') = 's' THEN
+        ALTER TABLE {t} ALTER COLUMN search_words DROP EXPRESSION,
+                        ALTER COLUMN search_vector DROP EXPRESSION;
+    END IF;
+END $plain$;
+CREATE OR REPLACE FUNCTION {s}.index_search_text() RETURNS trigger
+LANGUAGE plpgsql AS $body$
+BEGIN
+    NEW.search_words := {s}.search_words({searchable.format(row="NEW.")});
+    NEW.search_vector := to_tsvector('simple'::regconfig, NEW.search_words);
+    RETURN NEW;
+END
+$body$;
+-- A row whose metadata has no search_text key and whose columns are empty (an insert, or an
+-- update of a row that had none) would get NULLs from the function: it is not called.
+DROP TRIGGER IF EXISTS memory_entries_search_text ON {t};
+CREATE TRIGGER memory_entries_search_text BEFORE INSERT OR UPDATE ON {t} FOR EACH ROW
+    WHEN (NEW.metadata ? 'search_text' OR NEW.search_words IS NOT NULL
+          OR NEW.search_vector IS NOT NULL)
+    EXECUTE FUNCTION {s}.index_search_text();
+-- Rows of a table made before search: the trigger fills them, as on any update.
+UPDATE {t} SET metadata = metadata
+ WHERE search_words IS NULL AND jsonb_typeof(metadata -> 'search_text') = 'string';
 ALTER INDEX IF EXISTS {s}.{WORD_INDEX} SET (fastupdate = off);
 ALTER INDEX IF EXISTS {s}.{TRIGRAM_INDEX} SET (fastupdate = off);
 """
@@ -163,12 +195,21 @@ DROP INDEX IF EXISTS {s}.{WORD_INDEX};
 """
 
 
-def trigram_index_ddl(t: str, trigram: str) -> str:
-    """The trigram index on ``search_words``, with pg_trgm's operator class from its schema."""
-    return (
-        f"CREATE INDEX IF NOT EXISTS {TRIGRAM_INDEX} ON {t} "
-        f"USING gin (search_words {trigram}.gin_trgm_ops) WITH (fastupdate = off)"
-    )
+def trigram_index_ddl(s: str, t: str, trigram: str) -> str:
+    """The trigram index on ``search_words``, with pg_trgm's operator class from its schema,
+    over searchable rows only. Schema 6's index over every row (an entry for each NULL
+    too) is replaced."""
+    return f"""
+DO $partial$ BEGIN
+    IF (SELECT indpred IS NULL FROM pg_index
+         WHERE indexrelid = to_regclass('{s}.{TRIGRAM_INDEX}')) THEN
+        DROP INDEX {s}.{TRIGRAM_INDEX};
+    END IF;
+END $partial$;
+CREATE INDEX IF NOT EXISTS {TRIGRAM_INDEX} ON {t}
+    USING gin (search_words {trigram}.gin_trgm_ops) WITH (fastupdate = off)
+    WHERE search_words IS NOT NULL;
+"""
 
 
 def search_statement(s: str, t: str, columns: str, trigram: str | None, *, led: bool) -> str:

@@ -20,14 +20,17 @@ from memlane.errors import InvalidValueError
 from memlane.stores import _pg_search
 from memlane.stores._connect import utf8_problem
 from memlane.stores._pg_vectors import PgVectors
-from memlane.stores.protocol import find_in_json
+from memlane.stores.protocol import dumps_json, find_in_json, row_to_entry
+from memlane.types import MemoryEntry, as_utc
 
 __all__ = [
     "PgSql",
     "cannot_hold",
     "check_schema_name",
+    "entry_params",
     "jsonb_text",
     "keep_session",
+    "record_entry",
     "split_connect_timeout",
     "text_problem",
 ]
@@ -179,6 +182,55 @@ def jsonb_text(value: Any, text: str, *, entry_id: str, field: str) -> str:
     return text
 
 
+def entry_params(namespace: str, entry: MemoryEntry) -> tuple[Any, ...]:
+    """The parameters ``$2``..``$9`` of a save (``$1`` is the namespace): what PostgreSQL
+    can hold of ``entry``, checked before any I/O.
+
+    Raises:
+        UnstorableValueError: Content or metadata is not plain JSON (a ``TypeError``).
+        InvalidValueError: The namespace, id, key, content or metadata holds what PostgreSQL
+            text and JSONB cannot (a ``ValueError``).
+    """
+    entry_id, key = entry.entry_id, entry.key
+    content = dumps_json(entry.content, key=key, field="content")
+    metadata = dumps_json(entry.metadata, key=key, field="metadata")
+    for field, value in (("namespace", namespace), ("entry_id", entry_id), ("key", key)):
+        problem = None if value is None else text_problem(value)
+        if problem is not None:
+            raise cannot_hold(entry_id, f"{field} {value!r}", problem)
+    return (
+        entry_id,
+        entry.scope.value,
+        key,
+        jsonb_text(entry.content, content, entry_id=entry_id, field="content"),
+        jsonb_text(entry.metadata, metadata, entry_id=entry_id, field="metadata"),
+        as_utc(entry.created_at),
+        None if entry.expires_at is None else as_utc(entry.expires_at),
+        entry.importance,
+    )
+
+
+def record_entry(record: Any, where: str) -> MemoryEntry:
+    """The entry of a row of the nine columns every read selects (``entry_id`` to ``version``).
+
+    Raises:
+        CorruptStoreError: The row cannot be decoded; the message names ``where``.
+    """
+    entry_id, scope, key, content, metadata, created_at, expires_at, importance, version = record
+    row = (
+        entry_id,
+        scope,
+        key,
+        content,
+        metadata,
+        created_at.isoformat(),
+        None if expires_at is None else expires_at.timestamp(),
+        importance,
+        version,
+    )
+    return row_to_entry(row, where)
+
+
 class PgSql:
     """Every statement, with the (validated, quoted) schema name substituted once."""
 
@@ -227,6 +279,15 @@ CREATE UNIQUE INDEX IF NOT EXISTS memory_entries_namespace_key
     ON {t} (namespace, key) WHERE key IS NOT NULL;
 CREATE INDEX IF NOT EXISTS memory_entries_expires_at
     ON {t} (expires_at) WHERE expires_at IS NOT NULL;
+-- A turn's JSON (~3.5 KB) is compressed on every insert: lz4, where the server has it,
+-- compresses it in a fraction of pglz's time (~30 us a turn). Rows already written keep
+-- pglz, which the server still reads.
+DO $lz4$ BEGIN
+    IF 'lz4' = ANY (SELECT unnest(enumvals) FROM pg_settings
+                     WHERE name = 'default_toast_compression') THEN
+        ALTER TABLE {t} ALTER COLUMN content SET COMPRESSION lz4;
+    END IF;
+END $lz4$;
 
 -- One save: drop whoever holds the key, then upsert by entry_id. The row keeps its seq
 -- (its position) when it stays in its namespace and takes a new one when it moves.
@@ -352,16 +413,17 @@ $body$;
 """
         # Bump when the DDL changes (here or in _pg_search): a table marked with this version
         # needs nothing. 4: the search columns and indexes. 5: the indexes without a pending
-        # list. 6: the word index led by the namespace (btree_gin). The vectors' tables are
-        # found by their own state (_pg_vectors), so a store without them still opens
-        # read-only.
-        self.version = "memlane schema 6"
+        # list. 6: the word index led by the namespace (btree_gin). 7: the search columns
+        # filled by a trigger for searchable rows only (no longer generated), the trigram
+        # index partial, lz4 for content. The vectors' tables are found by their own state
+        # (_pg_vectors), so a store without them still opens read-only.
+        self.version = "memlane schema 7"
         self.vectors = PgVectors(s, t)
         self.mark = f"COMMENT ON TABLE {t} IS '{self.version}'"
         self.state = _pg_search.state_query(s, t)
         self.search_ddl = functools.partial(_pg_search.search_ddl, s, t)
         self.word_index = functools.partial(_pg_search.word_index_ddl, s, t)
-        self.trigram_index = functools.partial(_pg_search.trigram_index_ddl, t)
+        self.trigram_index = functools.partial(_pg_search.trigram_index_ddl, s, t)
         self.search = functools.partial(_pg_search.search_statement, s, t, columns)
         self.save_one = f"SELECT {s}.save_entry($1, $2, $3, $4, $5, $6, $7, $8, $9)"
         self.save_many = (

@@ -21,12 +21,13 @@ from memlane.stores import _pg_search
 from memlane.stores._base import blocking
 from memlane.stores._connect import IndexFallbackWarning, require
 from memlane.stores._network_vectors import NetworkVectorStore
+from memlane.stores._pg_pool import HeldPool
 from memlane.stores._pg_sql import (
     PgSql,
-    cannot_hold,
     check_schema_name,
-    jsonb_text,
+    entry_params,
     keep_session,
+    record_entry,
     split_connect_timeout,
     text_problem,
 )
@@ -36,11 +37,9 @@ from memlane.stores.protocol import (
     check_key_range,
     check_keyed_entry,
     check_namespace,
-    entry_to_row,
-    row_to_entry,
 )
 from memlane.stores.vectors import EntryVector
-from memlane.types import MemoryEntry, as_utc, utc_now
+from memlane.types import MemoryEntry, utc_now
 
 __all__ = ["PostgreSQLStore", "check_schema_name"]
 
@@ -67,8 +66,8 @@ class PostgreSQLStore(NetworkVectorStore[Any]):
     before versions existed gain the ``version`` column (their rows at 0) and the collation
     on first use.
 
-    :meth:`search` (see :class:`~memlane.stores.SearchableStore`) reads two generated columns
-    that every write keeps current: ``search_words`` (the metadata's ``search_text`` split as
+    :meth:`search` (see :class:`~memlane.stores.SearchableStore`) reads two columns that a
+    trigger keeps current on every write of a searchable row: ``search_words`` (the metadata's ``search_text`` split as
     :func:`~memlane.stores.protocol.search_terms` splits it, under a ``pg_trgm`` GIN index)
     and ``search_vector`` (its ``tsvector``, under a GIN index). Rows match when they hold a
     query term; they rank by BM25, each term weighted by its document frequency in the
@@ -77,7 +76,7 @@ class PostgreSQLStore(NetworkVectorStore[Any]):
     a prefix) follow, by ``pg_trgm`` word similarity. Where ``btree_gin`` can be had, the
     word index leads with ``namespace``, so a search reads the rows it matches, not every
     row of the namespaces it searches. Tables made before search gain the columns on first
-    use (one rewrite of the table); a server where ``pg_trgm`` cannot be created gives an
+    use (their searchable rows filled once); a server where ``pg_trgm`` cannot be created gives an
     :class:`~memlane.stores.IndexFallbackWarning` and matches whole words only, and one
     without ``btree_gin`` gives the warning and finds the same entries, more slowly as
     namespaces grow.
@@ -101,7 +100,9 @@ class PostgreSQLStore(NetworkVectorStore[Any]):
     Args:
         url: ``postgresql://user:password@host:port/database``; a ``connect_timeout`` option
             in it (seconds, as libpq spells it) wins over ``timeout`` for connecting.
-        pool_size: Most connections per event loop.
+        pool_size: Most connections per event loop. A connection that finished a
+            statement stays with the store for the next one instead of going back to the
+            pool (see ``stores/_pg_pool.py``).
         pool_min_size: Connections opened up front per event loop.
         timeout: Seconds allowed to connect and for each statement.
         schema_name: Schema of the table; a plain SQL identifier.
@@ -153,7 +154,7 @@ class PostgreSQLStore(NetworkVectorStore[Any]):
     async def _open(self, loop: asyncio.AbstractEventLoop) -> Any:
         asyncpg = self._asyncpg
         try:
-            return await asyncpg.create_pool(
+            pool = await asyncpg.create_pool(
                 self._dsn,
                 min_size=self.pool_min_size,
                 max_size=self.pool_size,
@@ -168,6 +169,7 @@ class PostgreSQLStore(NetworkVectorStore[Any]):
             if isinstance(exc, asyncpg.ClientConfigurationError):
                 raise
             raise self._unreachable(exc, "connect to") from exc
+        return HeldPool(pool, asyncpg.InterfaceError)
 
     async def _check_store(self, pool: Any) -> None:
         """What a read-only store does instead of migrating: finds the table, and the search
@@ -314,48 +316,15 @@ class PostgreSQLStore(NetworkVectorStore[Any]):
         return isinstance(exc, asyncpg.PostgresError | asyncpg.InterfaceError)
 
     async def _recover(self, pool: Any) -> None:
-        await pool.expire_connections()
+        await pool.recover()
 
     # ---- conversions
 
-    def _params(self, namespace: str, entry: MemoryEntry) -> tuple[Any, ...]:
-        entry_id, scope, key, content, metadata, _created, _expires, importance, _version = (
-            entry_to_row(entry)
-        )
-        for field, value in (("namespace", namespace), ("entry_id", entry_id), ("key", key)):
-            problem = None if value is None else text_problem(value)
-            if problem is not None:
-                raise cannot_hold(entry_id, f"{field} {value!r}", problem)
-        return (
-            entry_id,
-            scope,
-            key,
-            jsonb_text(entry.content, content, entry_id=entry_id, field="content"),
-            jsonb_text(entry.metadata, metadata, entry_id=entry_id, field="metadata"),
-            as_utc(entry.created_at),
-            None if entry.expires_at is None else as_utc(entry.expires_at),
-            importance,
-        )
-
     def _prepare(self, namespace: str, entries: list[MemoryEntry]) -> Any:
-        return [self._params(namespace, e) for e in entries]
+        return [entry_params(namespace, e) for e in entries]
 
     def _entry(self, record: Any) -> MemoryEntry:
-        entry_id, scope, key, content, metadata, created_at, expires_at, importance, version = (
-            record
-        )
-        row = (
-            entry_id,
-            scope,
-            key,
-            content,
-            metadata,
-            created_at.isoformat(),
-            None if expires_at is None else expires_at.timestamp(),
-            importance,
-            version,
-        )
-        return row_to_entry(row, f"PostgreSQL table {self.schema_name}.memory_entries")
+        return record_entry(record, f"PostgreSQL table {self.schema_name}.memory_entries")
 
     # ---- operations
 
