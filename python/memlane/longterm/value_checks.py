@@ -81,15 +81,15 @@ def plain_copy(value: Any) -> Any:
 def _exact_copy(value: Any) -> Any:
     kind = type(value)
     if kind is dict:
-        return {_exact_key(k): _exact_copy(v) for k, v in value.items()}
+        copied = {}
+        for k, v in value.items():
+            if type(k) is not str:
+                raise _NotExact
+            # A scalar is kept without a call: most values are objects of scalars.
+            copied[k] = v if type(v) in _PLAIN_SCALARS or v is None else _exact_copy(v)
+        return copied
     if kind is list or kind is tuple:
-        return [_exact_copy(v) for v in value]
+        return [v if type(v) in _PLAIN_SCALARS or v is None else _exact_copy(v) for v in value]
     if kind in _PLAIN_SCALARS or value is None:
         return value
     raise _NotExact
-
-
-def _exact_key(key: Any) -> str:
-    if type(key) is not str:
-        raise _NotExact
-    return key
