@@ -151,9 +151,10 @@ class SQLiteStore(LocalStore):
     vectors a ``memory_vectors`` table keeps beside the rows (triggers drop an entry's vector
     when it is deleted or its search text changes). A file written before versions, the index
     or vectors existed is migrated when opened (its entries at version 0, its search texts
-    indexed, the vectors table added), and an index that kept its own copy of the texts is
-    rebuilt without it, once, whichever process gets there first; opened
-    read-only, such a file simply has no vectors. The index needs SQLite's FTS5 and
+    indexed, the vectors table added), an index that kept its own copy of the texts is
+    rebuilt without it, and the two namespace indexes of older files become the one
+    ``(namespace, key)`` index that serves both keys and order, once, whichever process gets
+    there first; opened read-only, such a file is read as it is and simply has no vectors. The index needs SQLite's FTS5 and
     JSON functions: the Rust table bundles an SQLite with both, and the pure-Python one uses
     the interpreter's ``sqlite3``, whose usual builds have them. The ``async_`` methods run
     in a worker thread.
