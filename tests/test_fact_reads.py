@@ -148,6 +148,14 @@ class TestCopies:
         assert again.confidence == 0.8
         listed = await _call(way, memory, "facts", scope="user", scope_id="u")
         assert [f.value for f in listed] == [["rust", {"x": [1]}]]
+        listed[0].value[1]["x"].append(5)
+        recalled = await _call(way, memory, "recall", "langs", user_id="u")
+        assert [f.value for f in recalled] == [["rust", {"x": [1]}]]
+        recalled[0].value.clear()
+        assert (await _call(way, memory, "get_fact", "langs", user_id="u")).value == [
+            "rust",
+            {"x": [1]},
+        ]
 
     def test_copy_fact_is_equal_and_separate(self) -> None:
         fact = Fact(key="k", value={"a": 1}, history=[FactRevision(value={"b": [1]})])
