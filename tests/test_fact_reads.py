@@ -5,7 +5,10 @@ stored fact, and a cached fact never outliving the stored version it came from."
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
@@ -397,6 +400,38 @@ class TestCachedFactsFollowTheStore:
         mine.close()
         theirs.close()
 
+    @pytest.mark.parametrize("rounds", [3])
+    def test_another_process_writes_the_file(self, impl: Any, tmp_path: Path, rounds: int) -> None:
+        """A fact this process decoded and cached is read anew once another process has
+        changed it: the cache is keyed by the stored text, which every change rewrites."""
+        path = tmp_path / "processes.sqlite3"
+        store = SQLiteStore(path)
+        memory = LongTermMemory(store)
+        memory.remember("k", {"v": 0}, scope="user", scope_id="u")
+        env = dict(os.environ)
+        env.pop("MEMLANE_PURE_PYTHON", None)
+        if impl.name == "python":
+            env["MEMLANE_PURE_PYTHON"] = "1"
+        for i in range(1, 4):
+            cached = memory.get_fact("k", user_id="u")  # decoded and cached now
+            assert cached is not None
+            assert cached.value == {"v": i - 1}
+            done = subprocess.run(
+                [sys.executable, "-c", _WRITER, str(path), str(i)],
+                capture_output=True,
+                text=True,
+                env=env,
+                timeout=120,
+                check=False,
+            )
+            assert done.returncode == 0, done.stderr
+            assert done.stdout.strip() == "updated"
+            fact = memory.get_fact("k", user_id="u")
+            assert fact is not None
+            assert (fact.value, fact.times_confirmed) == ({"v": i}, i)
+            assert [r.value for r in fact.history] == [{"v": j} for j in range(i)]
+        store.close()
+
     async def test_every_store_reads_what_was_written(self, made: Made, way: str) -> None:
         memory = LongTermMemory(made.store)
         other = LongTermMemory(made.store)
@@ -404,3 +439,15 @@ class TestCachedFactsFollowTheStore:
             await _call(way, memory, "remember", "n", i, scope="agent", scope_id="a")
             got = await _call(way, other, "get_fact", "n", agent_id="a")
             assert (got.value, got.history[-1].value if i else None) == (i, i - 1 if i else None)
+
+
+_WRITER = r"""
+import sys
+from memlane import SQLiteStore
+from memlane.longterm import LongTermMemory
+
+store = SQLiteStore(sys.argv[1])
+result = LongTermMemory(store).remember("k", {"v": int(sys.argv[2])}, scope="user", scope_id="u")
+print(result.status)
+store.close()
+"""
