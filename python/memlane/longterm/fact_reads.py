@@ -127,7 +127,17 @@ class _Decoded:
             values["value"] = self.copy_value(values["value"])
         history = values["history"]
         values["history"] = [_copy_revision(r) for r in history] if history else []
-        return construct_unchecked(Fact, values, self.fields)
+        # construct_unchecked, inlined: this is every read's own cost.
+        fact = _new(Fact)
+        _set(fact, "__dict__", values)
+        _set(fact, "__pydantic_fields_set__", set(self.fields))
+        _set(fact, "__pydantic_extra__", None)
+        _set(fact, "__pydantic_private__", None)
+        return fact
+
+
+_new = object.__new__
+_set = object.__setattr__
 
 
 def _copy_revision(revision: FactRevision) -> FactRevision:
@@ -156,21 +166,6 @@ def decoded_fact(entry: MemoryEntry, where: str) -> Fact:
     if len(_by_entry) >= CACHED_FACTS:
         _by_entry.clear()
     _by_entry[id(entry)] = (entry, entry.content, decoded)
-    return decoded.fresh()
-
-
-def _fact_of_text(text: str) -> Fact | None:
-    """The fact the stored JSON ``text`` decodes to (a fresh copy), or ``None`` when it is not
-    one (the caller reads the entry the long way, which raises today's error)."""
-    decoded = _by_text.get(text)
-    if decoded is None:
-        try:
-            decoded = _Decoded(Fact.model_validate(json.loads(text)))
-        except (ValueError, TypeError):  # a JSONDecodeError, a ValidationError: not a fact
-            return None
-        if len(_by_text) >= CACHED_FACTS:
-            _by_text.clear()
-        _by_text[text] = decoded
     return decoded.fresh()
 
 
@@ -244,11 +239,21 @@ def _held(entry: MemoryEntry, where: str, *, in_memory: bool) -> HeldFact:
 
 
 def _from_text(found: tuple[str, int, Any]) -> HeldFact | None:
+    """The fact of a stored row's text, or ``None`` when the text is not one (the caller then
+    reads the entry the long way, which raises today's error)."""
     entry_id, version, text = found
-    if type(text) is not str:
-        return None
-    fact = _fact_of_text(text)
-    return None if fact is None else HeldFact(entry_id, version, fact)
+    decoded = _by_text.get(text) if type(text) is str else None
+    if decoded is None:
+        if type(text) is not str:
+            return None
+        try:
+            decoded = _Decoded(Fact.model_validate(json.loads(text)))
+        except (ValueError, TypeError):  # a JSONDecodeError, a ValidationError: not a fact
+            return None
+        if len(_by_text) >= CACHED_FACTS:
+            _by_text.clear()
+        _by_text[text] = decoded
+    return HeldFact(entry_id, version, decoded.fresh())
 
 
 # Not frozen: a frozen dataclass sets each field through object.__setattr__, a third of the
