@@ -241,13 +241,15 @@ class _Unfreezable(Exception):  # a signal inside freeze_messages, never raised 
     """A value the frozen form cannot hold as it is."""
 
 
-_NODE = b"\x00memlane: a frozen value's nested object\x00"
+_NODE: Any = ...
 """Stands in a frozen object's attribute values for a nested object, whose own values come
-before them (see :func:`_flatten`); told apart by identity, so a caller's equal bytes are not
-mistaken for it."""
+before them (see :func:`_flatten`). Ellipsis cannot be a value there (it is no atom: one would
+make the messages unfreezable), and it survives a pickle as itself, which a retained turn packed
+with others (:mod:`memlane.conversation.retained_turns`) needs: a sentinel object would come
+back as a copy."""
 
 
-def _flatten(value: Any, marks: list[int], values: list[Any]) -> bytes:
+def _flatten(value: Any, marks: list[int], values: list[Any]) -> Any:
     """Appends ``value`` (a container or a plain object) to a frozen form, in post-order, and
     returns :data:`_NODE` for the caller's own values.
 

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from memlane import _backend
 from memlane._pure.budget import BudgetLedger
 from memlane.conversation.conversation_budget import ConversationBudget
+from memlane.conversation.retained_turns import RetainedTurns
 from memlane.messages import default_messages, freeze_messages, summary_message, unpack_messages
 from memlane.types import ConversationTurn, new_turn, utc_now
 
@@ -37,6 +38,9 @@ freeze (~7 us a turn with usage and model names; a pickle cost twice that) and t
 collector's amortised cost measured only ~5 us a turn more at 100,000 turns; but each
 retained turn would add ~9 tracked objects, and a host holding millions of turns would pause
 for seconds in every full collection.
+
+Records further out are packed by :class:`~memlane.conversation.retained_turns.RetainedTurns`,
+a block of them pickled and compressed together: their text is most of what a host keeps.
 """
 
 
@@ -105,7 +109,7 @@ class ConversationState:
         # The budget the conversation keeps in the store (None: stored before budgets were
         # kept; the memory's own values apply).
         self.budget = budget
-        self.records: deque[Record] = deque()
+        self.records = RetainedTurns()
         self.entry_ids: deque[str] = deque()
         self.window: deque[list[ModelMessage] | None] = deque()
         self.window_from = 0
@@ -175,6 +179,7 @@ class ConversationState:
         while self.window_from > start:  # the window grew back (a smaller summary)
             self.window_from -= 1
             window.appendleft(None)
+        self.records.settle(self.window_from - self.ledger.offset)
 
     def _freeze(self, index: int, messages: list[ModelMessage]) -> None:
         """Freezes the messages of the retained turn at ``index`` as they leave the window, if
