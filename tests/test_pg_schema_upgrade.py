@@ -21,6 +21,7 @@ from memlane.stores import PostgreSQLStore
 from memlane.stores._pg_search import BTREE_GIN, TRIGRAM, extension_schema
 from memlane.stores._pg_sql import PgSql
 from test_database_stores import StoreFactory, initialized, server_for
+from worker_processes import backends, either_backend_env, release_together, started
 
 SCHEMA_6 = Path(__file__).with_name("pg_schema_6.sql").read_text()
 
@@ -49,6 +50,35 @@ ENTRIES = [fact(i, t) for i, t in TEXTS.items()] + [
     fact("plain", None),
     fact("odd", None, key=None).model_copy(update={"metadata": {"search_text": 5}}),
 ]
+
+
+UPGRADER = r"""
+import asyncio, json, sys, warnings
+from memlane import MemoryEntry, MemoryScope, _backend
+from memlane.stores import IndexFallbackWarning, PostgreSQLStore
+
+cfg = json.loads(sys.argv[1])
+
+
+async def main():
+    store = PostgreSQLStore(cfg["url"], schema_name=cfg["name"], pool_min_size=1, pool_size=2)
+    print("ready", flush=True)
+    sys.stdin.readline()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", IndexFallbackWarning)
+        await store.async_initialize()
+    me = f"w{cfg['n']}"
+    await store.async_save("ns", MemoryEntry(
+        entry_id=me, scope=MemoryScope.LONG_TERM, key=me, content=1,
+        metadata={"search_text": f"upgrade{me} written"}))
+    found = [h.entry.entry_id for h in await store.async_search(["ns"], f"upgrade{me}")]
+    await store.async_close()
+    print(json.dumps({"found": found}))
+
+
+with _backend.use(cfg["backend"]):
+    asyncio.run(main())
+"""
 
 
 async def make_schema_6(url: str, name: str) -> None:
@@ -195,6 +225,23 @@ class TestSchema6Upgrade:
             assert isinstance(store, PostgreSQLStore)
             assert len(await store.async_load("ns")) == len(ENTRIES)
         assert (await layout(factory.server.url, factory.name))["mark"] == "memlane schema 7"
+
+    async def test_concurrent_processes_upgrade_once(self, factory: StoreFactory) -> None:
+        await make_schema_6(factory.server.url, factory.name)
+        cfgs = [
+            {"url": factory.server.url, "name": factory.name, "n": n, "backend": b}
+            for n, b in enumerate(backends() * 2)
+        ]
+        with started(UPGRADER, cfgs, env=either_backend_env()) as procs:
+            results = release_together(procs)
+        expected = sorted([e.entry_id for e in ENTRIES] + [f"w{n}" for n in range(len(cfgs))])
+        store = await initialized(factory.make())
+        assert sorted(e.entry_id for e in await store.async_load("ns")) == expected
+        # Each process saw the old rows and found its own write by search.
+        assert [r["found"] for r in results] == [[f"w{n}"] for n in range(len(cfgs))]
+        after = await layout(factory.server.url, factory.name)
+        assert after["mark"] == "memlane schema 7"
+        assert set(after["generated"].values()) == {""}
 
     async def test_a_turn_is_still_one_statement_each_way(
         self, factory: StoreFactory, monkeypatch: pytest.MonkeyPatch
