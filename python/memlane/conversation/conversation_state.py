@@ -146,7 +146,8 @@ class ConversationState:
 
     @property
     def next_turn_id(self) -> int:
-        return self.summarized_turns + len(self.records)
+        records = self.records  # its length, inline: every turn asks
+        return self.summarized_turns + records.base + len(records.hot)
 
     @property
     def total_tokens(self) -> int:
@@ -179,15 +180,20 @@ class ConversationState:
         while self.window_from > start:  # the window grew back (a smaller summary)
             self.window_from -= 1
             window.appendleft(None)
-        self.records.settle(self.window_from - self.ledger.offset)
+        records = self.records
+        cold = self.window_from - self.ledger.offset
+        if cold - records.base >= records.block:  # a block's worth has left the window
+            records.settle(cold)
 
     def _freeze(self, index: int, messages: list[ModelMessage]) -> None:
         """Freezes the messages of the retained turn at ``index`` as they leave the window, if
         its record holds them live (a turn given as strings or read from the store does not)."""
-        records = self.records
-        if 0 <= index < len(records) and records[index][6] is messages:
-            record = records[index]
-            records[index] = (*record[:6], freeze_messages(messages))
+        # A record with live messages is among the newest, never packed yet (see settle).
+        hot = self.records.hot
+        at = index - self.records.base
+        if 0 <= at < len(hot) and hot[at][6] is messages:
+            record = hot[at]
+            hot[at] = (*record[:6], freeze_messages(messages))
 
     def append_record(
         self, record: Record, entry_id: str, messages: list[ModelMessage] | None
