@@ -20,11 +20,11 @@ from hypothesis import strategies as st
 
 from memlane import CorruptStoreError
 from memlane._locks import HybridLock
-from memlane._runner import Done, Load, Plan
+from memlane._runner import Done, Load, Plan, run_now
 from memlane.longterm import LongTermMemory
 from memlane.longterm.fact_model import Fact, FactRevision, FactScope, FactType
 from memlane.longterm.fact_plans import fact_entry, fact_json
-from memlane.longterm.fact_reads import copy_fact, inline_store, run_now
+from memlane.longterm.fact_reads import copy_fact, inline_store
 from memlane.longterm.fact_scopes import fact_namespace, visible_namespaces
 from memlane.stores import InMemoryStore, SQLiteStore
 from memlane.types import MemoryEntry, MemoryScope

@@ -86,6 +86,7 @@ __all__ = [
     "VectorSearch",
     "async_method",
     "run_async",
+    "run_now",
     "run_sync",
     "sync_method",
 ]
@@ -155,6 +156,30 @@ Step = Plan[T] | Done[T] | StoreOp[T]
 """What a plan method returns: a plan for a runner, one store operation, or its result already."""
 
 Summarizer = Callable[[list[ConversationTurn]], "str | Awaitable[str]"]
+
+
+def run_now(plan: Plan[T], store: Any) -> Done[T]:
+    """Runs ``plan``, which yields store operations only, to its end with ``op.run(store)``:
+    :func:`run_sync`'s protocol for them (a failure is thrown back into the plan), without its
+    locks, summaries and background work, which such a plan never asks for.
+
+    Raises:
+        TypeError: The plan yielded something else (a bug: it needs the runner).
+    """
+    try:
+        op = plan.send(None)
+        while True:
+            if not isinstance(op, StoreOp):
+                plan.close()
+                raise TypeError(f"run_now runs store operations only, got {op!r}")
+            try:
+                result = op.run(store)
+            except Exception as exc:  # noqa: BLE001  # handed to the plan, as the runner does
+                op = plan.throw(exc)
+            else:
+                op = plan.send(result)
+    except StopIteration as done:
+        return Done(done.value)
 
 
 def run_sync(plan: Step[T], store: Any, summarizer: Summarizer | None = None) -> T:

@@ -18,8 +18,8 @@ caller changing ``fact.value`` or ``fact.history`` changes nothing stored or cac
 value that is not a fact raises the same :class:`~memlane.errors.CorruptStoreError` as ever:
 text that does not decode is read again through ``load_by_key``, whose errors are today's.
 
-:func:`run_now` runs a plan of store operations to its end on a store whose operations
-cannot block, without the runner: the same plan, so the two ways cannot drift.
+:func:`~memlane._runner.run_now` runs a plan of store operations to its end on a store whose
+operations cannot block, without the runner: the same plan, so the two ways cannot drift.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from pydantic import ValidationError
 
-from memlane._runner import Done, Plan, StoreOp
+from memlane._runner import StoreOp
 from memlane.errors import CorruptStoreError
 from memlane.longterm.fact_model import Fact, FactRevision
 from memlane.longterm.value_checks import plain_copy
@@ -51,7 +51,6 @@ __all__ = [
     "decoded_fact",
     "inline_store",
     "read_fact",
-    "run_now",
 ]
 
 T = TypeVar("T")
@@ -171,32 +170,8 @@ def decoded_fact(entry: MemoryEntry, where: str) -> Fact:
 
 def inline_store(store: object) -> bool:
     """Whether ``store``'s operations run inline and cannot block: a plan of store operations
-    may then run without the runner (:func:`run_now`)."""
+    may then run without the runner (:func:`~memlane._runner.run_now`)."""
     return type(store) is InMemoryStore
-
-
-def run_now(plan: Plan[T], store: Any) -> Done[T]:
-    """Runs ``plan``, which yields store operations only, to its end with ``op.run(store)``:
-    the sync runner's protocol for them (a failure is thrown back into the plan), without its
-    locks, summaries and background work, which such a plan never asks for.
-
-    Raises:
-        TypeError: The plan yielded something else (a bug: it needs the runner).
-    """
-    try:
-        op = plan.send(None)
-        while True:
-            if not isinstance(op, StoreOp):
-                plan.close()
-                raise TypeError(f"run_now runs store operations only, got {op!r}")
-            try:
-                result = op.run(store)
-            except Exception as exc:  # noqa: BLE001  # handed to the plan, as the runner does
-                op = plan.throw(exc)
-            else:
-                op = plan.send(result)
-    except StopIteration as done:
-        return Done(done.value)
 
 
 def _read(store: MemoryStore, where: str, key: str) -> HeldFact | None:

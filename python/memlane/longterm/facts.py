@@ -35,6 +35,7 @@ from memlane._runner import (
     SaveIf,
     Step,
     async_method,
+    run_now,
     sync_method,
 )
 from memlane._validate import check_fraction, type_name
@@ -49,7 +50,7 @@ from memlane.longterm.fact_plans import (
     remember_plan,
     scope_facts_plan,
 )
-from memlane.longterm.fact_reads import FindFact, inline_store, run_now
+from memlane.longterm.fact_reads import FindFact, inline_store
 from memlane.longterm.fact_scopes import (
     FACTS_PREFIX,
     MEMORY_TYPES,
