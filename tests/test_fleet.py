@@ -272,6 +272,11 @@ class TestProcessesInterleavingTurns:
                 child.exit()
 
 
+def sleep_until(deadline: float) -> None:
+    """Sleeps until ``time.monotonic()`` reaches ``deadline`` (at once if it has)."""
+    time.sleep(max(0.0, deadline - time.monotonic()))
+
+
 class TestIdleConversationsExpireAcrossProcesses:
     """A conversation another process keeps alive stays; idle everywhere, it is gone for all,
     and a life started again elsewhere replaces what a host still had cached."""
@@ -288,12 +293,22 @@ class TestIdleConversationsExpireAcrossProcesses:
         cid, ttl = uuid.uuid4().hex, 4.0
         cfg = {"max_tokens": 100_000, "conversation_ttl": ttl}
         with child_hosts(sqlite_place, impl, cfg, cfg) as (a, b):
+            for child in (a, b):  # first calls import and warm up: off the timed steps
+                child.call("add", cid=uuid.uuid4().hex, prompt="warm-up")
+            # Each step waits from when the previous call returned, so a slow call on a
+            # loaded machine shifts the schedule instead of breaking it: every expiry below
+            # has at least 0.4 * ttl of margin for one call's latency.
             a.call("add", cid=cid, prompt="from a")
-            time.sleep(ttl * 0.6)
+            a_added = time.monotonic()  # a's expiry: at most this + ttl
+            sleep_until(a_added + 0.4 * ttl)
+            b_started = time.monotonic()
             b.call("add", cid=cid, prompt="from b")  # pushes the expiry past a's own
-            time.sleep(ttl * 0.55)  # past a's turn + ttl, well before b's
+            b_added = time.monotonic()
+            assert b_added < a_added + ttl - 0.5, "b's turn came too late to keep it alive"
+            sleep_until(a_added + ttl + 0.1)  # past a's turn + ttl, before b's
             assert a.call("view", cid=cid)["prompts"] == ["from a", "from b"]
-            time.sleep(ttl * 1.1)  # idle past the ttl for everyone
+            assert time.monotonic() < b_started + ttl, "the view came after b's expiry"
+            sleep_until(b_added + ttl + 0.1)  # idle past the ttl for everyone
             assert a.call("view", cid=cid)["prompts"] == []
             assert b.call("view", cid=cid)["prompts"] == []
             for child in (a, b):
