@@ -66,6 +66,7 @@ from memlane.longterm.storage import (
     Storage,
     StoragePart,
     async_writing_method,
+    read_method,
     writing_method,
 )
 from memlane.longterm.value_checks import check_enum, check_json_value
@@ -383,7 +384,7 @@ class Facts(StoragePart):
         session_id: str | None = None,
         user_id: str | None = None,
         agent_id: str | None = None,
-    ) -> Step[Fact | None]:
+    ) -> FindFact:
         """The fact ``key`` as seen from these ids: session → user → agent → global.
 
         A scope is consulted only when its id is given, ``global`` always; the most specific
@@ -396,12 +397,9 @@ class Facts(StoragePart):
             TypeError, ValueError: A key or id that is not a non-empty ``str``.
         """
         key = check_key(key)
-        find = FindFact(visible_namespaces(session_id, user_id, agent_id), key)
-        store = self._storage.store
-        # In process memory nothing can block: the read runs here, without the runner.
-        return Done(find.run(store)) if inline_store(store) else find
+        return FindFact(visible_namespaces(session_id, user_id, agent_id), key)
 
-    get_fact = sync_method(_get_fact)
+    get_fact = read_method(_get_fact)
     async_get_fact = async_method(_get_fact)
 
     def _facts(

@@ -52,6 +52,7 @@ __all__ = [
     "async_writing_method",
     "collector_paused",
     "make_storage",
+    "read_method",
     "writing_method",
 ]
 
@@ -148,6 +149,21 @@ def writing_method(
             return run_sync(step, self.store)
         with collector_paused():
             return run_sync(step, self.store)
+
+    return describe(method, plan, sync=True)
+
+
+def read_method(
+    plan: Callable[Concatenate[Part, P], StoreOp[T]],
+) -> Callable[Concatenate[Part, P], T]:
+    """The blocking public method of a plan method that is one store operation which writes
+    nothing (``get_fact``): the operation runs on the store, as :func:`~memlane._runner.run_sync`
+    runs one, without the runner's dispatch. Its ``async_`` twin is the runner's
+    ``async_method`` of the same plan method.
+    """
+
+    def method(self: Part, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return plan(self, *args, **kwargs).run(self._storage.store)
 
     return describe(method, plan, sync=True)
 
