@@ -41,6 +41,7 @@ from memlane.conversation import conversation_log as log_mod
 from memlane.conversation import conversation_state as state_mod
 from memlane.conversation.state import ConversationState, new_ledger
 from memlane.errors import UnstorableValueError
+from memlane.message_json import messages_json
 from memlane.stores import protocol, stored_values
 from memlane.types import new_turn, turn_json
 
@@ -84,9 +85,9 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
 
         return wrapper
 
-    # pydantic-ai's adapter (what packed every turn before), and the adapter a turn's
-    # raw_messages are serialised with for a persistent store's entry (by the turn model's
-    # own serialiser too).
+    # pydantic-ai's adapter (what packed every turn before), the adapter a turn's
+    # raw_messages are serialised with by the turn model's own serialiser, and what builds a
+    # persistent store's entry.
     monkeypatch.setattr(
         ModelMessagesTypeAdapter,
         "dump_json",
@@ -94,6 +95,7 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
     )
     adapter = types_mod._messages_adapter()
     monkeypatch.setattr(adapter, "dump_python", counting("json", adapter.dump_python))
+    monkeypatch.setattr(types_mod, "messages_json", counting("json", messages_json))
     monkeypatch.setattr(
         state_mod, "freeze_messages", counting("freeze", messages_mod.freeze_messages)
     )

@@ -25,6 +25,8 @@ from pydantic import (
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema, core_schema, to_json, to_jsonable_python
 
+from memlane.message_json import messages_json
+
 if TYPE_CHECKING:
     from pydantic_ai.messages import ModelMessage
 
@@ -317,8 +319,10 @@ def turn_json(turn: ConversationTurn) -> dict[str, Any]:
 
     What a persistent store keeps of every turn. pydantic's model serialiser, wrapped around
     memlane's serialiser of ``raw_messages``, spends about as long again as serialising the
-    messages themselves (~20 us a turn); here they are serialised once, by the same adapter,
-    and the other fields cost next to nothing. A test holds the two equal, key order included.
+    messages themselves (~20 us a turn); here the messages are serialised once (by
+    :func:`~memlane.message_json.messages_json`, pydantic's form built directly for the kinds
+    memlane knows), and the other fields cost next to nothing. A test holds the two equal, key
+    order included.
     Without metadata (whose values the caller gave) the result is a :class:`CheckedJson`.
     """
     messages = turn.raw_messages  # those of a turn given as strings are built now
@@ -329,11 +333,7 @@ def turn_json(turn: ConversationTurn) -> dict[str, Any]:
         turn_id=values["turn_id"],
         user_prompt=values["user_prompt"],
         assistant_response=values["assistant_response"],
-        raw_messages=(
-            []
-            if type(messages) is list and not messages
-            else _messages_adapter().dump_python(messages, mode="json")
-        ),
+        raw_messages=([] if type(messages) is list and not messages else messages_json(messages)),
         timestamp=to_jsonable_python(values["timestamp"]),
         token_estimate=values["token_estimate"],
         metadata=to_jsonable_python(metadata) if metadata else {},
