@@ -24,7 +24,15 @@ from memlane.conversation.conversation_state import (
     new_ledger,
 )
 from memlane.errors import CorruptStoreError
-from memlane.types import ConversationTurn, MemoryEntry, MemoryScope, turn_json, utc_now
+from memlane.types import (
+    CheckedJson,
+    ConversationTurn,
+    MemoryEntry,
+    MemoryScope,
+    new_entry,
+    turn_json,
+    utc_now,
+)
 
 SUMMARY_KEY = "summary"
 """Store key of a conversation's summary entry."""
@@ -84,14 +92,18 @@ def transcript_entry(turn: ConversationTurn) -> MemoryEntry:
 
 
 def turn_entry(turn: ConversationTurn, entry_id: str, seq: int) -> MemoryEntry:
-    """The log event of a turn, at sequence number ``seq``."""
-    return MemoryEntry.model_construct(
+    """The log event of a turn, at sequence number ``seq``.
+
+    Built without pydantic's per-field defaults (every field is given) and with metadata the
+    stores encode without walking it: every turn on a persistent store makes one.
+    """
+    return new_entry(
         entry_id=entry_id,
         scope=MemoryScope.CONVERSATION,
-        key=log_key(seq),
+        key=f"{LOG_PREFIX}{seq:0{_SEQ_DIGITS}d}",
         content=turn_json(turn),
-        metadata={"kind": "turn"},
-        created_at=turn.timestamp,
+        metadata=CheckedJson(kind="turn"),
+        created_at=turn.__dict__["timestamp"],
         expires_at=None,
         importance=0.5,
         version=0,
