@@ -11,10 +11,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from memlane.errors import UnstorableValueError
 from memlane.longterm import LongTermMemory
 from memlane.longterm.fact_model import FactScope, FactType, RememberResult
 from memlane.longterm.fact_plans import plain_copy
-from memlane.longterm.value_checks import check_enum
+from memlane.longterm.fact_scopes import check_scope
+from memlane.longterm.value_checks import check_enum, check_json_value, checked_copy
 from memlane.stores import InMemoryStore
 
 _JSON = st.recursive(
@@ -61,6 +63,92 @@ class TestPlainCopy:
         assert copied == {"level": 3, "name": ["ada"]}
         assert type(copied["level"]) is int
         assert type(copied["name"][0]) is str
+
+
+_ANY_JSONISH = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats()  # NaN and infinities included: not JSON
+    | st.text()
+    | st.sampled_from([_Level.HIGH, _Name("ada"), b"raw", {1, 2}]),
+    lambda inner: st.lists(inner, max_size=4)
+    | st.tuples(inner, inner)
+    | st.dictionaries(st.text(max_size=5) | st.integers() | st.just(_Name("k")), inner, max_size=4),
+    max_leaves=20,
+)
+
+
+class TestCheckedCopy:
+    """checked_copy is check_json_value then plain_copy, in one walk: the same copy, or the
+    same error naming the same place."""
+
+    @given(_ANY_JSONISH)
+    def test_same_as_check_then_copy(self, value: Any) -> None:
+        refused: str | None = None
+        try:
+            expected = plain_copy(check_json_value(value, "value"))
+        except UnstorableValueError as exc:
+            refused = str(exc)
+        if refused is not None:
+            with pytest.raises(UnstorableValueError) as got:
+                checked_copy(value, "value")
+            assert str(got.value) == refused
+            return
+        copied = checked_copy(value, "value")
+        assert json.dumps(copied) == json.dumps(expected)
+        assert copied == expected
+
+    @pytest.mark.parametrize(
+        ("value", "where"),
+        [
+            ({"a": [1, float("nan")]}, "value['a'][1]"),
+            ([float("inf")], "value[0]"),
+            ({"a": {2: "x"}}, "value['a']"),
+            ({"s": {1, 2}}, "value['s']"),
+        ],
+    )
+    def test_errors_name_the_place(self, value: Any, where: str) -> None:
+        with pytest.raises(UnstorableValueError) as got:
+            checked_copy(value, "value")
+        assert str(got.value).startswith(f"value must be plain JSON: {where} (")
+
+    def test_nothing_is_shared(self) -> None:
+        value = {"a": [1.5, {"b": 2}], "c": (3, 4)}
+        copied = checked_copy(value, "value")
+        assert copied == {"a": [1.5, {"b": 2}], "c": [3, 4]}
+        assert copied["a"] is not value["a"]
+        assert copied["a"][1] is not value["a"][1]
+
+
+class TestCheckScopeCache:
+    """A scope and id seen before answer from a cache; a bad one is refused every time."""
+
+    def test_answers_are_the_checked_ones(self) -> None:
+        for _ in range(2):
+            assert check_scope("user", "u1") == (FactScope.USER, "u1")
+            assert check_scope(FactScope.USER, "u1") == (FactScope.USER, "u1")
+            assert check_scope("global", None) == (FactScope.GLOBAL, None)
+            assert check_scope(_Name("agent"), _Name("a1")) == (FactScope.AGENT, "a1")
+            assert check_scope("user", "u1")[0] is FactScope.USER
+
+    @pytest.mark.parametrize(
+        ("scope", "scope_id", "error", "text"),
+        [
+            ("user", None, ValueError, "scope 'user' needs a scope_id"),
+            ("global", "u1", ValueError, "scope_id must be None for the global scope"),
+            ("planet", "u1", ValueError, "scope must be one of"),
+            ("user", "", ValueError, "scope_id must be a non-empty string"),
+            ("user", 3, TypeError, "scope_id must be str, not int"),
+            (3, "u1", TypeError, "scope must be str, not int"),
+        ],
+    )
+    def test_bad_ones_are_refused_every_time(
+        self, scope: object, scope_id: object, error: type[Exception], text: str
+    ) -> None:
+        for _ in range(2):
+            with pytest.raises(error, match=text):
+                check_scope(scope, scope_id)
 
 
 class TestCheckEnum:

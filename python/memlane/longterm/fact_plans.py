@@ -100,8 +100,8 @@ def fact_entry(fact: Fact, entry_id: str | None = None, version: int = 0) -> Mem
         scope=MemoryScope.LONG_TERM,
         key=fact.key,
         content=fact_json(fact),
-        # A plain dict: one of strings only is left untracked by the cyclic collector.
-        metadata={SEARCH_TEXT: f"{fact.key} {render_value(fact.value)}"},
+        # Checked JSON (one string), so a store's save does not walk it again.
+        metadata=CheckedJson({SEARCH_TEXT: f"{fact.key} {render_value(fact.value)}"}),
         created_at=utc_now(),
         expires_at=None,
         importance=fact.confidence,

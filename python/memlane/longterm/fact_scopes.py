@@ -51,8 +51,24 @@ def check_scope(scope: object, scope_id: object) -> tuple[FactScope, str | None]
     """A scope and its id: required for every scope but ``global``, refused for ``global``.
 
     Refusing an id for ``global`` catches ``remember(k, v, scope_id="u1")`` with the scope
-    forgotten, which would otherwise write a fact every user sees.
+    forgotten, which would otherwise write a fact every user sees. A scope and id of the exact
+    types ``remember`` is usually given take a cache (every write checks them).
     """
+    if (type(scope) is str or type(scope) is FactScope) and (
+        scope_id is None or type(scope_id) is str
+    ):
+        return _checked_scope(scope, scope_id)
+    return _check_scope(scope, scope_id)
+
+
+@functools.lru_cache(maxsize=4096)
+def _checked_scope(scope: str, scope_id: str | None) -> tuple[FactScope, str | None]:
+    # An error is raised, never cached: a bad scope or id is refused every time. "user" and
+    # FactScope.USER are one key (equal, same hash), with one answer.
+    return _check_scope(scope, scope_id)
+
+
+def _check_scope(scope: object, scope_id: object) -> tuple[FactScope, str | None]:
     checked = check_enum(scope, FactScope, "scope")
     if checked is FactScope.GLOBAL:
         if scope_id is not None:

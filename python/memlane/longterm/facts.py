@@ -69,7 +69,7 @@ from memlane.longterm.storage import (
     read_method,
     writing_method,
 )
-from memlane.longterm.value_checks import check_enum, check_json_value
+from memlane.longterm.value_checks import check_enum, check_json_value, checked_copy
 from memlane.stores.protocol import next_version
 from memlane.types import MemoryEntry, utc_now
 
@@ -174,7 +174,7 @@ class Facts(StoragePart):
                 Nothing is written.
         """
         key = check_key(key)
-        value = plain_copy(check_json_value(value, "value"))
+        value = checked_copy(value, "value")
         checked_scope, checked_id = check_scope(scope, scope_id)
         kind = check_enum(fact_type, FactType, "fact_type")
         confidence = check_fraction(confidence, "confidence")

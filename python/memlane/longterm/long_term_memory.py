@@ -37,7 +37,7 @@ from memlane.longterm.forget_user import UserEraser
 from memlane.longterm.procedures import Procedures
 from memlane.longterm.ranked_search import RankedSearch
 from memlane.longterm.recall import Recall
-from memlane.longterm.storage import make_storage
+from memlane.longterm.storage import make_storage, run_written
 from memlane.longterm.users import Users
 from memlane.longterm.vector_upkeep import VectorUpkeep
 from memlane.stores import InMemoryStore, MemoryStore
@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from pydantic_ai.embeddings import Embedder
 
     from memlane._ops import StoreOp
+    from memlane._runner import Step
     from memlane.longterm.storage import EmbedderLike
 
 __all__ = ["LongTermMemory"]
@@ -77,6 +78,21 @@ def _forward_read(
 
     def forwarded(self: LongTermMemory, /, *args: P.args, **kwargs: P.kwargs) -> T:
         return operation(part(self), *args, **kwargs).run(self._storage.store)
+
+    return _named(forwarded, method)
+
+
+def _forward_write(
+    part: Callable[[LongTermMemory], Part],
+    plan: Callable[Concatenate[Part, P], Step[T]],
+    method: Callable[Concatenate[Part, P], T],
+) -> Callable[Concatenate[LongTermMemory, P], T]:
+    """:func:`_forward` for a part's :func:`~memlane.longterm.storage.writing_method`
+    ``method``: the part's ``plan`` is made and run here, as that method runs it, one call
+    fewer on every write."""
+
+    def forwarded(self: LongTermMemory, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return run_written(plan(part(self), *args, **kwargs), self._storage)
 
     return _named(forwarded, method)
 
@@ -187,7 +203,7 @@ class LongTermMemory:
 
     # ------------------------------------------------------------------ facts
 
-    remember = _forward(_FACTS, Facts.remember)
+    remember = _forward_write(_FACTS, Facts._remember, Facts.remember)
     async_remember = _forward_async(_FACTS, Facts.async_remember)
     remember_many = _forward(_FACTS, Facts.remember_many)
     async_remember_many = _forward_async(_FACTS, Facts.async_remember_many)

@@ -53,6 +53,7 @@ __all__ = [
     "collector_paused",
     "make_storage",
     "read_method",
+    "run_written",
     "writing_method",
 ]
 
@@ -144,13 +145,25 @@ def writing_method(
     """
 
     def method(self: Part, /, *args: P.args, **kwargs: P.kwargs) -> T:
-        step = _embedding(plan(self, *args, **kwargs), self._storage, bulk=bulk)
-        if not bulk:
-            return run_sync(step, self.store)
-        with collector_paused():
-            return run_sync(step, self.store)
+        return run_written(plan(self, *args, **kwargs), self._storage, bulk=bulk)
 
     return describe(method, plan, sync=True)
+
+
+def run_written(step: Step[T], storage: Storage, *, bulk: bool = False) -> T:
+    """Runs what a writing plan method returned, as :func:`writing_method`'s method does:
+    its saved records go to the memory's writer (if any).
+
+    A :class:`~memlane._runner.Done` (an in-memory write already made, with no writer) is
+    answered first: nothing is left to run or embed.
+    """
+    if type(step) is Done:
+        return step.value
+    step = _embedding(step, storage, bulk=bulk)
+    if not bulk:
+        return run_sync(step, storage.store)
+    with collector_paused():
+        return run_sync(step, storage.store)
 
 
 def read_method(

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import enum
 import json
+import math
 from typing import Any, TypeVar, cast
 
 from memlane._validate import type_name
 from memlane.errors import UnstorableValueError
 from memlane.stores.protocol import find_unstorable
 
-__all__ = ["check_enum", "check_json_value", "plain_copy"]
+__all__ = ["check_enum", "check_json_value", "checked_copy", "plain_copy"]
 
 
 def check_json_value(value: Any, name: str) -> Any:
@@ -78,7 +79,23 @@ def plain_copy(value: Any) -> Any:
         return json.loads(json.dumps(value))
 
 
-def _exact_copy(value: Any) -> Any:
+def checked_copy(value: Any, name: str) -> Any:
+    """``plain_copy(check_json_value(value, name))`` in one walk for a value of the exact
+    built-in types (the value a ``remember`` is given, walked twice before).
+
+    Raises:
+        UnstorableValueError: As :func:`check_json_value`.
+    """
+    kind = type(value)
+    if kind is str or kind is int or kind is bool or value is None:
+        return value
+    try:
+        return _exact_copy(value, finite=True)
+    except _NotExact:
+        return plain_copy(check_json_value(value, name))
+
+
+def _exact_copy(value: Any, *, finite: bool = False) -> Any:
     kind = type(value)
     if kind is dict:
         copied = {}
@@ -86,10 +103,21 @@ def _exact_copy(value: Any) -> Any:
             if type(k) is not str:
                 raise _NotExact
             # A scalar is kept without a call: most values are objects of scalars.
-            copied[k] = v if type(v) in _PLAIN_SCALARS or v is None else _exact_copy(v)
+            copied[k] = (
+                v if type(v) in _EXACT_SCALARS or v is None else _exact_copy(v, finite=finite)
+            )
         return copied
     if kind is list or kind is tuple:
-        return [v if type(v) in _PLAIN_SCALARS or v is None else _exact_copy(v) for v in value]
-    if kind in _PLAIN_SCALARS or value is None:
+        return [
+            v if type(v) in _EXACT_SCALARS or v is None else _exact_copy(v, finite=finite)
+            for v in value
+        ]
+    if kind in _EXACT_SCALARS or value is None:
+        return value
+    if kind is float and (not finite or math.isfinite(value)):
         return value
     raise _NotExact
+
+
+# Floats are left out: checked_copy must see each one (NaN and infinities are not JSON).
+_EXACT_SCALARS = (str, int, bool)
