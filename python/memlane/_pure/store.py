@@ -26,11 +26,12 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
+import weakref
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from memlane._pure import sqlite_vectors
+from memlane._pure import sqlite_checkpoint, sqlite_vectors
 
 # The in-memory table and the row-to-entry builder have modules of their own; the names are
 # imported here too, where the twins and their tests look them up.
@@ -232,6 +233,7 @@ class SqliteTable:
             raise
         self._conn: sqlite3.Connection | None = conn
         self._lock = threading.Lock()
+        self._checkpointer: sqlite_checkpoint.Checkpointer | None = None
         if read_only:
             if not has_vectors(conn):
                 conn.execute(READ_ONLY_VECTORS)
@@ -245,6 +247,21 @@ class SqliteTable:
             migrate(conn, has_contentless_search, DROP_SEARCH + SEARCH_SCHEMA)
             migrate(conn, has_vectors, VECTOR_SCHEMA)
             migrate(conn, has_one_key_index, ONE_KEY_INDEX)
+        self._checkpointer = sqlite_checkpoint.start(path, conn)
+        if self._checkpointer is not None:
+            # A table dropped unclosed stops its thread too (the thread holds no reference to
+            # the table, so the table can be collected).
+            weakref.finalize(self, self._checkpointer.stop)
+
+    def _commit(self, conn: sqlite3.Connection) -> None:
+        """Commits the open write transaction, and counts it towards the next checkpoint."""
+        conn.execute("COMMIT")
+        self._committed()
+
+    def _committed(self) -> None:
+        """Counts a write committed by its own statement (autocommit)."""
+        if self._checkpointer is not None:
+            self._checkpointer.committed()
 
     def _open(self) -> sqlite3.Connection:
         """The connection; a ``ValueError`` once closed, as the Rust table raises."""
@@ -284,7 +301,7 @@ class SqliteTable:
             except BaseException:
                 conn.execute("ROLLBACK")
                 raise
-            conn.execute("COMMIT")
+            self._commit(conn)
 
     def save(self, namespace: str, row: Row) -> None:
         """Upserts one row atomically."""
@@ -312,7 +329,7 @@ class SqliteTable:
             except BaseException:
                 conn.execute("ROLLBACK")
                 raise
-            conn.execute("COMMIT")
+            self._commit(conn)
             return won
 
     def _check_and_upsert(
@@ -465,7 +482,7 @@ class SqliteTable:
             except BaseException:
                 conn.execute("ROLLBACK")
                 raise
-            conn.execute("COMMIT")
+            self._commit(conn)
             return attached
 
     def vector_search(
@@ -499,6 +516,7 @@ class SqliteTable:
                 "DELETE FROM memory_entries WHERE namespace = ? AND entry_id = ?",
                 (namespace, entry_id),
             )
+            self._committed()
             return cur.rowcount > 0
 
     def delete_many(self, namespace: str, entry_ids: list[str]) -> list[str]:
@@ -520,25 +538,29 @@ class SqliteTable:
             except BaseException:
                 conn.execute("ROLLBACK")
                 raise
-            conn.execute("COMMIT")
+            self._commit(conn)
             return gone
 
     def clear(self, namespace: str) -> int:
         """Removes every entry of a namespace; how many there were."""
         with self._lock:
             conn = self._open()
-            return conn.execute(
+            gone = conn.execute(
                 "DELETE FROM memory_entries WHERE namespace = ?", (namespace,)
             ).rowcount
+            self._committed()
+            return gone
 
     def cleanup_expired(self, now: float) -> int:
         """Removes expired entries everywhere; how many."""
         with self._lock:
             conn = self._open()
-            return conn.execute(
+            gone = conn.execute(
                 "DELETE FROM memory_entries WHERE expires_at IS NOT NULL AND expires_at <= ?",
                 (now,),
             ).rowcount
+            self._committed()
+            return gone
 
     def namespaces(self) -> list[str]:
         """Namespaces that hold at least one entry, in order of their oldest entry."""
@@ -552,6 +574,9 @@ class SqliteTable:
         """Closes the connection; closing again does nothing, any other call raises
         ``ValueError("SqliteTable is closed")``."""
         with self._lock:
+            if self._checkpointer is not None:
+                self._checkpointer.stop()
+                self._checkpointer = None
             if self._conn is not None:
                 self._conn.close()
                 self._conn = None

@@ -4,4 +4,5 @@
 pub mod memory;
 pub mod search;
 pub mod sqlite;
+pub mod sqlite_checkpoint;
 pub mod sqlite_vectors;

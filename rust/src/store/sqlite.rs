@@ -27,6 +27,7 @@ use std::time::Duration;
 
 use rusqlite::{params, Connection, OpenFlags};
 
+use super::sqlite_checkpoint::Checkpointer;
 use super::sqlite_vectors::{self, Attach};
 
 /// The on-disk schema, byte for byte the twin's `SCHEMA` (a unit test compares them).
@@ -439,6 +440,9 @@ fn packed(mut rows: rusqlite::Rows<'_>) -> Result<Packed, Error> {
 /// The SQLite store on one connection. Not `Sync`: share it behind a mutex.
 #[derive(Debug)]
 pub struct SqliteTable {
+    /// Declared first, so dropped first: its connection closes before `conn` (see
+    /// `sqlite_checkpoint`). `None` read-only or in memory.
+    checkpointer: Option<Checkpointer>,
     conn: Connection,
 }
 
@@ -612,7 +616,10 @@ impl SqliteTable {
             if !sqlite_vectors::has_vectors(&conn)? {
                 conn.execute_batch(sqlite_vectors::READ_ONLY_VECTORS)?;
             }
-            return Ok(Self { conn });
+            return Ok(Self {
+                checkpointer: None,
+                conn,
+            });
         }
         for pragma in PRAGMAS {
             with_lock_retry(|| conn.execute_batch(pragma))?;
@@ -631,7 +638,24 @@ impl SqliteTable {
             sqlite_vectors::VECTOR_SCHEMA,
         )?;
         migrate(&conn, has_one_key_index, ONE_KEY_INDEX)?;
-        Ok(Self { conn })
+        Ok(Self {
+            checkpointer: Checkpointer::start(path, &conn),
+            conn,
+        })
+    }
+
+    /// Commits the open write transaction, and counts it towards the next checkpoint.
+    fn commit(&self) -> rusqlite::Result<()> {
+        self.conn.execute_batch("COMMIT")?;
+        self.committed();
+        Ok(())
+    }
+
+    /// Counts a write committed by its own statement (autocommit).
+    fn committed(&self) {
+        if let Some(checkpointer) = &self.checkpointer {
+            checkpointer.committed();
+        }
     }
 
     fn upsert(&self, namespace: &str, row: &Row) -> rusqlite::Result<()> {
@@ -665,7 +689,7 @@ impl SqliteTable {
             self.conn.execute_batch("ROLLBACK")?;
             return Err(e.into());
         }
-        self.conn.execute_batch("COMMIT")?;
+        self.commit()?;
         Ok(())
     }
 
@@ -727,7 +751,7 @@ impl SqliteTable {
         begin(&self.conn)?;
         match op() {
             Ok(value) => {
-                self.conn.execute_batch("COMMIT")?;
+                self.commit()?;
                 Ok(value)
             }
             Err(e) => {
@@ -856,7 +880,7 @@ impl SqliteTable {
         begin(&self.conn)?;
         match sqlite_vectors::save_vectors(&self.conn, namespace, model, dims, items, now) {
             Ok(attached) => {
-                self.conn.execute_batch("COMMIT")?;
+                self.commit()?;
                 Ok(attached)
             }
             Err(e) => {
@@ -906,7 +930,9 @@ impl SqliteTable {
         let mut stmt = self
             .conn
             .prepare_cached("DELETE FROM memory_entries WHERE namespace = ? AND entry_id = ?")?;
-        Ok(stmt.execute(params![namespace, entry_id])? > 0)
+        let gone = stmt.execute(params![namespace, entry_id])? > 0;
+        self.committed();
+        Ok(gone)
     }
 
     /// Removes the entries of this namespace with these ids in one transaction (all or
@@ -927,7 +953,7 @@ impl SqliteTable {
         })();
         match attempt {
             Ok(gone) => {
-                self.conn.execute_batch("COMMIT")?;
+                self.commit()?;
                 Ok(gone)
             }
             Err(e) => {
@@ -942,7 +968,9 @@ impl SqliteTable {
         let mut stmt = self
             .conn
             .prepare_cached("DELETE FROM memory_entries WHERE namespace = ?")?;
-        Ok(stmt.execute(params![namespace])?)
+        let gone = stmt.execute(params![namespace])?;
+        self.committed();
+        Ok(gone)
     }
 
     /// Removes expired entries everywhere; how many.
@@ -950,7 +978,9 @@ impl SqliteTable {
         let mut stmt = self.conn.prepare_cached(
             "DELETE FROM memory_entries WHERE expires_at IS NOT NULL AND expires_at <= ?",
         )?;
-        Ok(stmt.execute(params![now])?)
+        let gone = stmt.execute(params![now])?;
+        self.committed();
+        Ok(gone)
     }
 
     /// Namespaces that hold at least one entry, in order of their oldest entry.
@@ -967,10 +997,17 @@ impl SqliteTable {
         clippy::result_large_err,
         reason = "the shape of rusqlite's Connection::close; a cold path, returned once"
     )]
-    pub fn close(self) -> Result<(), (Self, Error)> {
-        self.conn
-            .close()
-            .map_err(|(conn, e)| (Self { conn }, Error::Sqlite(e)))
+    pub fn close(mut self) -> Result<(), (Self, Error)> {
+        if let Some(mut checkpointer) = self.checkpointer.take() {
+            checkpointer.stop();
+        }
+        self.conn.close().map_err(|(conn, e)| {
+            let table = Self {
+                checkpointer: None,
+                conn,
+            };
+            (table, Error::Sqlite(e))
+        })
     }
 }
 
