@@ -54,6 +54,10 @@ SQL = "memlane (Rust), SQLiteStore"
 PG = "memlane, PostgreSQLStore"
 COUNT_FLOOR = "floor: the turn's new text counted once"
 SQL_FLOOR = "floor: count + one committed INSERT (sqlite3, WAL, synchronous=NORMAL)"
+SQL_FLOOR_NO_CHECKPOINT = (
+    "floor without WAL checkpoints (wal_autocheckpoint=0; reference: what a commit costs when "
+    "no checkpoint ever runs in it)"
+)
 PG_FLOOR = "floor: count + one INSERT + one SELECT of the newest 30 rows (asyncpg)"
 FACT_RUST_SQL = "memlane (Rust), SQLiteStore"
 FACT_PY_SQL = "memlane pure-Python twin, SQLiteStore"
@@ -173,11 +177,13 @@ def _count_floor(pool: list[tuple[str, str]]) -> Any:
     return rep
 
 
-def _sqlite_floor(pool: list[tuple[str, str]]) -> Any:
+def _sqlite_floor(pool: list[tuple[str, str]], *, checkpoints: bool = True) -> Any:
     def rep(schedule: list[tuple[int, int]], conversations: int) -> float:
         count = _counter()
         with tempfile.TemporaryDirectory(prefix="memlane-bench-durable-") as tmp:
             conn = _sqlite(os.path.join(tmp, "floor.sqlite3"))
+            if not checkpoints:
+                conn.execute("PRAGMA wal_autocheckpoint=0")
             conn.execute(_TURN_TABLE)
             conn.commit()
             cids = [f"conversation-{i}" for i in range(conversations)]
@@ -296,7 +302,11 @@ def _turns(
         f"floor; budget {BUDGET:,} tokens; each pool turn's pydantic-ai messages (a ModelRequest "
         "with the prompt, a ModelResponse with the answer, model name and usage) are built once, "
         "off the clock. The floors store each turn as one row (conversation, turn, prompt, "
-        "response, tokens) under a primary key."
+        "response, tokens) under a primary key. SQLite checkpoints its write-ahead log inside "
+        "whichever commit crosses 1,000 pages; memlane's SQLite tables run that checkpoint on a "
+        "thread of their own, so the floor without checkpoints is shown beside the judged floor: "
+        "memlane is judged against the floor that pays them, and the reference row shows the "
+        "least a commit can cost."
     )
     cases = (
         (
@@ -305,6 +315,7 @@ def _turns(
             [
                 (SQL, _memlane_turns("sqlite", pool, messages)),
                 (SQL_FLOOR, _sqlite_floor(pool)),
+                (SQL_FLOOR_NO_CHECKPOINT, _sqlite_floor(pool, checkpoints=False)),
             ],
             conversations,
             turns,
