@@ -130,6 +130,35 @@ class IndexMachine(RuleBasedStateMachine):
             del self.model[entry_id]  # a move makes it the newest
         self.model[entry_id] = doc
 
+    @rule(
+        entry_id=st.sampled_from(ENTRY_IDS),
+        namespace=st.sampled_from(NAMESPACES),
+        words=st.lists(st.sampled_from([*VOCABULARY, "Apple", "BANANA", "date42"]), max_size=6),
+        separator=st.sampled_from([" ", "_", ", ", "/", " \t"]),
+        importance=st.sampled_from(IMPORTANCES),
+    )
+    def upsert_text(
+        self, entry_id: str, namespace: str, words: list[str], separator: str, importance: float
+    ) -> None:
+        """A text either index splits itself (ASCII) or leaves to the caller, as the store
+        does: the same documents as ``upsert`` of its ``search_terms``."""
+        self.serial += 1
+        payload = ("payload", self.serial)
+        text = separator.join(words)
+        terms = search_terms(text)
+        split = [
+            index.upsert_text(entry_id, namespace, text, importance, None, payload)
+            for index in (self.rust, self.py)
+        ]
+        assert split == [text.isascii()] * 2
+        if not text.isascii():
+            for index in (self.rust, self.py):
+                index.upsert(entry_id, namespace, terms, importance, None, payload)
+        old = self.model.get(entry_id)
+        if old is not None and old.namespace != namespace:
+            del self.model[entry_id]
+        self.model[entry_id] = ModelDoc(namespace, terms, importance, None, payload)
+
     @rule(entry_id=st.sampled_from(ENTRY_IDS))
     def remove(self, entry_id: str) -> None:
         held = self.model.pop(entry_id, None) is not None
@@ -183,6 +212,32 @@ class IndexMachine(RuleBasedStateMachine):
 
 class TestIndexesAgreeOnAnyOperationSequence(IndexMachine.TestCase):  # type: ignore[misc, valid-type]  # hypothesis builds TestCase at runtime
     """Rust index, twin and model give the same hits, order and scores, step by step."""
+
+
+class TestAsciiTermsAreTheTokenizers:
+    """The terms both indexes split an ASCII text into are ``search_terms``'; any other text
+    is left to it."""
+
+    @given(st.text() | st.text(alphabet=st.characters(max_codepoint=127)))
+    def test_any_text(self, text: str) -> None:
+        expected = search_terms(text) if text.isascii() else None
+        assert require_rust_core().SearchIndex.ascii_terms(text) == expected
+        assert pure.SearchIndex.ascii_terms(text) == expected
+
+    @pytest.mark.parametrize(
+        ("text", "terms"),
+        [
+            ("user_timezone: Australia/Adelaide", ["user", "timezone", "australia", "adelaide"]),
+            ('k {"note": "Note 5", "score": 5}', ["k", "note", "note", "5", "score", "5"]),
+            ("__--__", []),
+            ("", []),
+            ("café", None),
+            ("a \ud800 b", None),  # no UTF-8 form: the caller's, as any non-ASCII text
+        ],
+    )
+    def test_examples(self, text: str, terms: list[str] | None) -> None:
+        assert require_rust_core().SearchIndex.ascii_terms(text) == terms
+        assert pure.SearchIndex.ascii_terms(text) == terms
 
 
 class TestBm25IsTheProtocols:

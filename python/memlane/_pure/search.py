@@ -10,12 +10,16 @@ namespace); corpus statistics (document count, mean length, document frequency) 
 incrementally and cover every document in the index, expired ones and other namespaces'
 included; a search reads only the postings of the query's terms; ties go to importance, then
 to the oldest document (a document replaced within its namespace keeps its age).
+
+The one exception to tokenizing elsewhere is :func:`ascii_terms`, what that tokenizer gives for
+an ASCII text (a test holds the two equal): ``upsert_text`` indexes a saved entry's text by it.
 """
 
 from __future__ import annotations
 
 import heapq
 import math
+import re
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -38,6 +42,20 @@ def bm25(tf: int, df: int, docs: int, length: int, avg_length: float) -> float:
     # matches; the guard keeps the formula total, as the reference's does.
     norm = BM25_K1 if avg_length == 0.0 else BM25_K1 * (1.0 - BM25_B + BM25_B * length / avg_length)
     return idf * tf * (BM25_K1 + 1.0) / (tf + norm)
+
+
+_ASCII_RUN = re.compile(r"[a-z0-9]+")
+
+
+def ascii_terms(text: str) -> list[str] | None:
+    """The terms of ``text`` if it is ASCII, else ``None`` (the caller splits it).
+
+    Over ASCII the tokenizer's ``[^\\W_]+`` of the casefolded text is the runs of ASCII letters
+    and digits, lowercased.
+    """
+    if not text.isascii():
+        return None
+    return _ASCII_RUN.findall(text.lower())
 
 
 @dataclass(slots=True)
@@ -126,6 +144,26 @@ class SearchIndex:
             self._docs[seq] = _Doc(
                 entry_id, namespace, distinct, length, importance, expires_at, payload
             )
+
+    def upsert_text(
+        self,
+        entry_id: str,
+        namespace: str,
+        text: str,
+        importance: float,
+        expires_at: float | None,
+        payload: Any,
+    ) -> bool:
+        """:meth:`upsert` of ``text``'s terms when the index splits it itself (an ASCII text:
+        see :func:`ascii_terms`); whether it did. ``False`` changes nothing: the caller splits
+        the text and calls :meth:`upsert`."""
+        terms = ascii_terms(text)
+        if terms is None:
+            return False
+        self.upsert(entry_id, namespace, terms, importance, expires_at, payload)
+        return True
+
+    ascii_terms = staticmethod(ascii_terms)
 
     def remove(self, entry_id: str) -> bool:
         """Removes the document of ``entry_id``; whether there was one."""

@@ -139,9 +139,19 @@ class InMemoryStore(LocalStore):
             if vectors is not None:
                 vectors.remove(entry.entry_id)
         else:
-            self._index.upsert(
-                entry.entry_id, namespace, search_terms(text), entry.importance, expires_at, entry
-            )
+            # An ASCII text (most are) is split by the index itself: no list of terms is built
+            # here and handed over string by string.
+            if not self._index.upsert_text(
+                entry.entry_id, namespace, text, entry.importance, expires_at, entry
+            ):
+                self._index.upsert(
+                    entry.entry_id,
+                    namespace,
+                    search_terms(text),
+                    entry.importance,
+                    expires_at,
+                    entry,
+                )
             if vectors is not None:
                 # Same namespace and text: the vector still means this entry; else it goes.
                 vectors.refresh(

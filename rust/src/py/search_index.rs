@@ -5,6 +5,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use pyo3::prelude::*;
 use pyo3::sync::MutexExt;
+use pyo3::types::PyString;
 
 use super::guard;
 use super::memory_table::Key;
@@ -51,6 +52,37 @@ impl SearchIndex {
             .upsert(entry_id, namespace, terms, importance, expires_at, payload);
         drop(replaced);
         Ok(())
+    }
+
+    /// `upsert` of `text`'s terms when the index splits it itself (an ASCII text: see
+    /// `search::ascii_terms`); whether it did. `False` changes nothing: the caller splits the
+    /// text and calls `upsert`.
+    #[allow(clippy::too_many_arguments)] // upsert's, with the text for its terms
+    fn upsert_text(
+        &self,
+        py: Python<'_>,
+        entry_id: Key,
+        namespace: Key,
+        text: Bound<'_, PyString>,
+        importance: f64,
+        expires_at: Option<f64>,
+        payload: Py<PyAny>,
+    ) -> PyResult<bool> {
+        // A text with a lone surrogate has no UTF-8 form: not ASCII either, so the caller's.
+        let Some(terms) = text.to_str().ok().and_then(search::ascii_terms) else {
+            return Ok(false);
+        };
+        let replaced = self
+            .index(py)?
+            .upsert(entry_id, namespace, terms, importance, expires_at, payload);
+        drop(replaced);
+        Ok(true)
+    }
+
+    /// The terms `upsert_text` indexes `text` by, or `None` when it leaves `text` to the caller.
+    #[staticmethod]
+    fn ascii_terms(text: Bound<'_, PyString>) -> Option<Vec<String>> {
+        text.to_str().ok().and_then(search::ascii_terms)
     }
 
     fn remove(&self, py: Python<'_>, entry_id: Key) -> PyResult<bool> {

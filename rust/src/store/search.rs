@@ -1,9 +1,11 @@
 //! An inverted index of searchable entries, ranked by BM25: what `InMemoryStore.search` reads.
 //!
 //! Twin of `SearchIndex` in `memlane/_pure/search.py`, which reads line for line the same and
-//! does the same float operations in the same order, so both give equal scores. Tokenizing is
-//! not done here: the caller splits texts and queries into terms (Python's `search_terms`, the
-//! one tokenizer), so both paths index and search exactly the same terms.
+//! does the same float operations in the same order, so both give equal scores. The caller
+//! splits texts and queries into terms (Python's `search_terms`, the one tokenizer), so both
+//! paths index and search exactly the same terms; the one exception is [`ascii_terms`], which
+//! gives what that tokenizer gives for an ASCII text (a test holds the two equal), so a saved
+//! entry's text need not be split in Python and handed over term by term.
 //!
 //! Invariants, kept by every operation:
 //!
@@ -57,6 +59,22 @@ pub fn bm25(tf: u32, df: usize, docs: usize, length: usize, avg_length: f64) -> 
     };
     let tf = f64::from(tf);
     idf * tf * (BM25_K1 + 1.0) / (tf + norm)
+}
+
+/// The terms of `text` if it is ASCII, else `None` (the caller splits it in Python).
+///
+/// Python's tokenizer is `[^\W_]+` over the casefolded text: over ASCII that is the runs of
+/// ASCII letters and digits, lowercased, which is what this returns.
+pub fn ascii_terms(text: &str) -> Option<Vec<String>> {
+    if !text.is_ascii() {
+        return None;
+    }
+    Some(
+        text.split(|c: char| !c.is_ascii_alphanumeric())
+            .filter(|run| !run.is_empty())
+            .map(str::to_ascii_lowercase)
+            .collect(),
+    )
 }
 
 #[derive(Debug)]
@@ -183,21 +201,30 @@ impl<T, K: Hash + Eq + Clone> SearchIndex<T, K> {
             }
         };
         let length = terms.len();
-        let mut counts: HashMap<String, u32> = HashMap::new();
+        // Sorted, equal terms are neighbours: each run is a distinct term and its count, with
+        // no map built for a document's few terms.
+        let mut terms = terms;
+        terms.sort_unstable();
+        let mut distinct: Vec<String> = Vec::with_capacity(terms.len());
+        let mut counts: Vec<u32> = Vec::with_capacity(terms.len());
         for term in terms {
-            *counts.entry(term).or_insert(0) += 1;
+            match (distinct.last(), counts.last_mut()) {
+                (Some(last), Some(count)) if *last == term => *count += 1,
+                _ => {
+                    distinct.push(term);
+                    counts.push(1);
+                }
+            }
         }
-        let mut distinct = Vec::with_capacity(counts.len());
-        for (term, count) in counts {
+        for (term, &count) in distinct.iter().zip(&counts) {
             // A term already in the vocabulary is not cloned: most of a corpus's are.
-            if let Some(posting) = self.postings.get_mut(&term) {
+            if let Some(posting) = self.postings.get_mut(term) {
                 posting.insert(seq, count);
             } else {
                 let mut posting = FxHashMap::default();
                 posting.insert(seq, count);
                 self.postings.insert(term.clone(), posting);
             }
-            distinct.push(term);
         }
         self.total_length += length;
         self.ids.insert(entry_id.clone(), seq);
@@ -354,6 +381,40 @@ mod tests {
             .into_iter()
             .map(|(p, _)| *p)
             .collect()
+    }
+
+    #[test]
+    fn ascii_terms_are_lowercased_runs_of_letters_and_digits() {
+        assert_eq!(
+            ascii_terms("user_timezone: Australia/Adelaide 42x"),
+            Some(vec![
+                s("user"),
+                s("timezone"),
+                s("australia"),
+                s("adelaide"),
+                s("42x")
+            ])
+        );
+        assert_eq!(ascii_terms("  _-_ "), Some(vec![]));
+        assert_eq!(ascii_terms(""), Some(vec![]));
+        assert_eq!(ascii_terms("café"), None);
+    }
+
+    #[test]
+    fn repeated_terms_count_once_per_distinct_term() {
+        let mut i = Index::new();
+        put(&mut i, "n", "a", "w x w w", "A");
+        put(&mut i, "n", "b", "x", "B");
+        assert_eq!(
+            i.postings["w"].values().copied().collect::<Vec<_>>(),
+            vec![3]
+        );
+        assert_eq!(i.postings["x"].len(), 2);
+        assert_eq!(i.total_length, 5);
+        assert_eq!(find(&mut i, &["n"], "w"), vec!["A"]);
+        i.remove(&s("a"));
+        assert!(!i.postings.contains_key("w"));
+        assert_eq!(i.total_length, 1);
     }
 
     #[test]
