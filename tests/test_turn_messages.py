@@ -1,7 +1,8 @@
 """A turn's pydantic-ai messages: kept live while in the history, serialised only when needed.
 
 On an in-memory store nothing serialises a turn's messages while it is in the history, and a
-turn leaving it is frozen once; on a persistent store its JSON is made once, for the entry.
+turn leaving it is frozen once; on a persistent store its JSON is made once, for the entry, and
+kept when the turn leaves the history (nothing frozen).
 What callers see is unchanged: histories and turns equal the messages given, and a caller's
 later changes to its own list do not reach them. Operation counts, never wall-clock time.
 """
@@ -153,7 +154,11 @@ def test_persistent_store_serialises_each_turn_once(tmp_path: Path, calls: Count
         memory.get_message_history(cid)
     left = memory._conversations.states[cid].first_in_history
     assert left > 0
-    assert calls == Counter(json=len(given), freeze=left)  # the entry's JSON, once per turn
+    # The entry's JSON, once per turn; a turn leaving the window keeps it, so none is frozen.
+    assert calls == Counter(json=len(given))
+    state = memory._conversations.states[cid]
+    assert all(type(state.records[i][6]) is bytes for i in range(len(given)))
+    assert [t.raw_messages for t in memory.get_turns(cid)] == given
     memory.close()
     # What the store holds reads back equal, in another memory.
     again = ConversationMemory(max_tokens=200, store=SQLiteStore(tmp_path / "m.db"))

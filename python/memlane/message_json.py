@@ -3,13 +3,13 @@ pydantic's serializer for the message kinds memlane knows.
 
 Every turn a persistent store keeps is its messages' JSON. pydantic's serializer spends most of
 its time in Python callbacks of pydantic-ai's (the usage's wrap serializer, the part
-discriminators): ~22 us for a request and a response with usage, two thirds of what a SQLite
-turn costs in Python. The messages a run returns are a few dataclasses whose fields hold
-strings, numbers, datetimes and plain dicts; for those the JSON form is each field's value in
-field order, which :func:`messages_json` builds directly (~6 us).
+discriminators): ~22 us for a request and a response with usage, the largest piece of a SQLite
+turn's Python. The messages a run returns are a few dataclasses whose fields hold strings,
+numbers, datetimes and plain dicts; for those the JSON form is each field's value in field
+order, which :func:`messages_json` builds directly (~11 us).
 
-Anything else goes to pydantic's serializer: a class not in :data:`_KNOWN` (file and media
-content, native tools, deltas), an instance with attributes its class does not declare (extra
+Anything else goes to pydantic's serializer: a class :func:`_candidates` does not list (file
+and media content, native tools, retry feedback, deltas), an instance with attributes its class does not declare (extra
 usage fields, which pydantic-ai serializes too), a field its class excludes holding a value
 that is not the excluded default, a tool return whose content is not a scalar (pydantic-ai
 records file digests beside it), or a value of a type the JSON form would have to convert

@@ -7,6 +7,7 @@ import functools
 import uuid
 from collections.abc import Collection, Generator
 from datetime import UTC, datetime
+from os import urandom
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar, cast
 
 from pydantic import (
@@ -31,6 +32,19 @@ if TYPE_CHECKING:
     from pydantic_ai.messages import ModelMessage
 
 M = TypeVar("M", bound=BaseModel)
+
+
+def new_entry_id() -> str:
+    """A new entry id in ``uuid.uuid4().hex``'s format and distribution: 16 random bytes with
+    the version (4) and variant bits set, as hex.
+
+    Half the cost of building a ``UUID`` to read its ``hex`` (every turn on a persistent store
+    makes one); a test holds the two to the same form.
+    """
+    raw = bytearray(urandom(16))
+    raw[6] = raw[6] & 0x0F | 0x40
+    raw[8] = raw[8] & 0x3F | 0x80
+    return raw.hex()
 
 
 def utc_now() -> datetime:

@@ -26,7 +26,8 @@ Record = tuple[int, str, str, int, datetime, "dict[str, Any] | None", Any]
 timestamp, metadata (``None`` when empty) and its messages: ``None`` when they are the two
 built from the strings; the live list the turn was given while it is in the history; once it
 has left, that list frozen (:func:`~memlane.messages.freeze_messages`; the list itself if it
-cannot be); the JSON of a turn read back from the store.
+cannot be); the JSON of a turn read back from the store, or of one a persistent store's entry
+was made from (the JSON exists then: keeping it costs no freeze).
 
 Only the turns inside the budget window keep live message objects. Everything older is a
 tuple of strings and numbers, which Python's cyclic garbage collector stops tracking, so a
@@ -245,12 +246,20 @@ class ConversationState:
         self.flat, self.flat_sizes, self.flat_from = [], deque(), start
         self._reserve()
 
-    def append(self, turn: ConversationTurn, entry_id: str, *, default_messages: bool) -> None:
+    def append(
+        self,
+        turn: ConversationTurn,
+        entry_id: str,
+        *,
+        default_messages: bool,
+        stored: bytes | None = None,
+    ) -> None:
         """Adds the newest turn.
 
         Its messages are kept as the live objects it was given (the list the turn holds, which
         is already memlane's own copy): nothing is serialised while the turn is in the history,
-        and it is frozen when it leaves (see :data:`Record`).
+        and it is frozen when it leaves (see :data:`Record`). ``stored`` is their JSON when a
+        persistent store's entry made it: the record keeps that instead, and nothing is frozen.
         """
         # Those of a turn given as strings only if something has built them already.
         values = turn.__dict__
@@ -262,7 +271,7 @@ class ConversationState:
             values["token_estimate"],
             values["timestamp"],
             values["metadata"] or None,
-            None if default_messages else messages,
+            None if default_messages else messages if stored is None else stored,
         )
         self.append_record(record, entry_id, messages)
 

@@ -22,6 +22,8 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from pydantic_core import to_json
+
 from memlane._ops import LoadRange, SaveIf, SaveIfAbsent, SaveMany
 from memlane._runner import Plan
 from memlane.conversation.conversation_cache import ConversationCache
@@ -41,7 +43,7 @@ from memlane.conversation.summary_controls import check_pin_room
 from memlane.messages import message_texts
 from memlane.stores.protocol import dumps_json
 from memlane.tokens import TokenEstimator
-from memlane.types import ConversationTurn, MemoryEntry, new_turn, utc_now
+from memlane.types import ConversationTurn, MemoryEntry, new_entry_id, new_turn, utc_now
 
 if TYPE_CHECKING:
     from pydantic_ai.messages import ModelMessage
@@ -140,12 +142,14 @@ def add_turn_plan(
     pinned = new.metadata is not None and new.metadata.get("pinned") is True
     if pinned:
         check_pin_room(summaries, state, cid, "the new turn", new.tokens)
+    stored: bytes | None = None
     if conversations.persistent:
         ns = namespace(cid)
-        entry_id = uuid.uuid4().hex
+        entry_id = new_entry_id()
         while True:
             turn = next_turn(state, new)
-            won, missed = yield SaveIfAbsent(ns, turn_entry(turn, entry_id, state.head), LOG_STOP)
+            entry = turn_entry(turn, entry_id, state.head)
+            won, missed = yield SaveIfAbsent(ns, entry, LOG_STOP)
             if won:
                 break
             # Another host took this slot: apply what it wrote, then take the next one.
@@ -155,10 +159,12 @@ def add_turn_plan(
             if pinned:  # another host's pins count too
                 check_pin_room(summaries, state, cid, "the new turn", new.tokens)
         state.head += 1
+        if new.messages is not None:  # kept once it leaves the window, instead of frozen
+            stored = to_json(entry.content["raw_messages"])
     else:
         turn = next_turn(state, new)
         entry_id = ""
-    state.append(turn, entry_id, default_messages=new.messages is None)
+    state.append(turn, entry_id, default_messages=new.messages is None, stored=stored)
     yield from conversations.touch_plan(cid, state)
     yield from summaries.after_turn_plan(cid, state)
     return turn
