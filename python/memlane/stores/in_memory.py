@@ -217,12 +217,16 @@ class InMemoryStore(LocalStore):
         # acquire/release rather than `with`, as in save: conversation turns are saved here.
         self._write_lock.acquire()
         try:
-            at = time()
-            holder: MemoryEntry | None = self._table.load_by_key(namespace, key, at)
+            # The key's holder, expired or not, in one lookup: the condition reads the
+            # unexpired one, and the write displaces either (so _write need not look again).
+            held: MemoryEntry | None = self._table.load_by_key(namespace, key, _EVER)
+            holder = held
+            if held is not None and held.expires_at is not None:
+                # One that can expire is asked for again, under the table's own rule.
+                holder = self._table.load_by_key(namespace, key, time())
             if (None if holder is None else holder.version) != expected_version:
                 return False
-            # The unexpired holder is the holder: an expired one is looked up again.
-            self._write(namespace, stored, True if holder is None else holder)
+            self._write(namespace, stored, held)
             return True
         finally:
             self._write_lock.release()
