@@ -276,7 +276,25 @@ class FindFact(StoreOp["Fact | None"]):
                         return hit[2].fresh()
                     return decoded_fact(entry, where)
             return None
+        load_content = getattr(store, "load_content_by_key", None)
         for where in self.namespaces:
+            if load_content is not None:
+                found = load_content(where, key)
+                if found is None:
+                    continue
+                text = found[2]
+                # _from_text's hit, inlined: every get_fact on SQLite takes it.
+                decoded = _by_text.get(text) if type(text) is str else None
+                if decoded is not None:
+                    return decoded.fresh()
+                held = _from_text(found)
+                if held is not None:
+                    return held.fact
+                # Not a fact's text: the long way, whose errors are today's (as _read).
+                entry = store.load_by_key(where, key)
+                if entry is not None:
+                    return read_fact(entry, where)
+                continue
             held = _read(store, where, key)
             if held is not None:
                 return held.fact
