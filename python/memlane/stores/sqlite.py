@@ -146,7 +146,10 @@ class SQLiteStore(LocalStore):
     ``BEGIN IMMEDIATE`` transaction, so it is a compare-and-swap across processes too. The
     ``save_if`` calls of several threads that wait for the file at one moment share one
     transaction (group commit), each judged as if alone and each returning once that
-    transaction has committed; a lone writer commits at once.
+    transaction has committed; a lone writer commits at once. A writable store copies its
+    write-ahead log back into the file (SQLite's checkpoint) on a thread and connection of its
+    own after every 64 committed writes, so no caller's write waits for that copy; closing the
+    store stops the thread first.
     :meth:`search` ranks entries by their ``metadata["search_text"]`` from an FTS5 index that
     triggers in the file keep in step with every write; :meth:`vector_search` scores the
     vectors a ``memory_vectors`` table keeps beside the rows (triggers drop an entry's vector
