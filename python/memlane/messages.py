@@ -286,7 +286,8 @@ def _flatten(value: Any, marks: list[int], values: list[Any]) -> Any:
             item if type(item) in atoms else _flatten(item, marks, values)
             for item in fields.values()
         ]
-    nested = 0 if len(marks) == before else sum(1 for item in items if item is _NODE)
+    # Items are atoms or _NODE, and no atom equals Ellipsis: count() finds exactly the nodes.
+    nested = 0 if len(marks) == before else items.count(_NODE)
     if code >= 0:
         marks += (code, nested)
     else:
