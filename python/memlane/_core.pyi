@@ -198,8 +198,10 @@ class SearchIndex:
 
     Twin of :class:`memlane._pure.search.SearchIndex`; ``rust/src/store/search.rs`` states the
     invariants both keep. Terms arrive already split by
-    :func:`memlane.stores.protocol.search_terms`, so both index the same terms, and scores
-    are computed with the same float operations in the same order, so both give equal ones.
+    :func:`memlane.stores.protocol.search_terms` (or, for an ASCII text given to
+    ``upsert_text``, are split here exactly as it splits them), so both index the same terms,
+    and scores are computed with the same float operations in the same order, so both give
+    equal ones.
     A search reads only the postings of the query's terms and releases the GIL while scoring.
 
     Entry ids and namespaces must be ``str`` (lone surrogates included, as in
@@ -231,6 +233,23 @@ class SearchIndex:
             expires_at: Expiry as Unix seconds, or ``None`` for never.
             payload: The object that ``search`` returns.
         """
+    def upsert_text(
+        self,
+        entry_id: str,
+        namespace: str,
+        text: str,
+        importance: float,
+        expires_at: float | None,
+        payload: Any,
+    ) -> bool:
+        """``upsert`` of ``text``'s terms when the index splits it itself (an ASCII text: see
+        :meth:`ascii_terms`); whether it did. ``False`` changes nothing: the caller splits the
+        text with :func:`memlane.stores.protocol.search_terms` and calls ``upsert``."""
+    @staticmethod
+    def ascii_terms(text: str) -> list[str] | None:
+        """The terms ``upsert_text`` indexes ``text`` by: for an ASCII text, the runs of ASCII
+        letters and digits, lowercased (what ``search_terms`` gives for it; a test holds the
+        two equal); ``None`` for any other text, lone surrogates included."""
     def remove(self, entry_id: str) -> bool:
         """Removes the document of ``entry_id``; whether there was one."""
     def clear(self, namespace: str) -> int:
