@@ -4,6 +4,7 @@ stored fact, and a cached fact never outliving the stored version it came from."
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import sqlite3
@@ -451,3 +452,27 @@ result = LongTermMemory(store).remember("k", {"v": int(sys.argv[2])}, scope="use
 print(result.status)
 store.close()
 """
+
+
+class TestForwardedSignatures:
+    """The memory's fact methods, run without the part's method, still show its signature
+    and docstring, with the result type a caller gets."""
+
+    @pytest.mark.parametrize(
+        ("name", "result"),
+        [
+            ("get_fact", "Fact | None"),
+            ("async_get_fact", "Fact | None"),
+            ("remember", "RememberResult"),
+            ("async_remember", "RememberResult"),
+        ],
+    )
+    def test_same_as_the_part(self, name: str, result: str) -> None:
+        from memlane.longterm.facts import Facts
+
+        mine, part = getattr(LongTermMemory, name), getattr(Facts, name)
+        assert inspect.signature(mine) == inspect.signature(part)
+        assert inspect.signature(mine).return_annotation == result
+        assert mine.__doc__ == part.__doc__
+        assert mine.__name__ == name
+        assert mine.__qualname__ == f"LongTermMemory.{name}"

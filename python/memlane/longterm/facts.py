@@ -173,7 +173,8 @@ class Facts(StoragePart):
                 ``scope_id``, or ``dedupe`` without an embedder (names ``embedder``).
                 Nothing is written.
         """
-        key = check_key(key)
+        if type(key) is not str or not key or "\x00" in key:  # check_key's pass, inlined
+            key = check_key(key)
         value = checked_copy(value, "value")
         checked_scope, checked_id = check_scope(scope, scope_id)
         kind = check_enum(fact_type, FactType, "fact_type")
@@ -384,7 +385,7 @@ class Facts(StoragePart):
         session_id: str | None = None,
         user_id: str | None = None,
         agent_id: str | None = None,
-    ) -> FindFact:
+    ) -> Step[Fact | None]:
         """The fact ``key`` as seen from these ids: session → user → agent → global.
 
         A scope is consulted only when its id is given, ``global`` always; the most specific
@@ -396,7 +397,8 @@ class Facts(StoragePart):
         Raises:
             TypeError, ValueError: A key or id that is not a non-empty ``str``.
         """
-        key = check_key(key)
+        if type(key) is not str or not key or "\x00" in key:  # check_key's pass, inlined
+            key = check_key(key)
         return FindFact(visible_namespaces(session_id, user_id, agent_id), key)
 
     get_fact = read_method(_get_fact)

@@ -29,7 +29,7 @@ from __future__ import annotations
 import functools
 import operator
 from collections.abc import Callable, Coroutine
-from typing import TYPE_CHECKING, Any, ClassVar, Concatenate, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Concatenate, ParamSpec, TypeVar, cast
 
 from memlane.longterm.episodes import Episodes
 from memlane.longterm.facts import Facts
@@ -69,15 +69,16 @@ def _forward(
 
 def _forward_read(
     part: Callable[[LongTermMemory], Part],
-    operation: Callable[Concatenate[Part, P], StoreOp[T]],
+    operation: Callable[Concatenate[Part, P], Step[T]],
     method: Callable[Concatenate[Part, P], T],
 ) -> Callable[Concatenate[LongTermMemory, P], T]:
     """:func:`_forward` for a part's :func:`~memlane.longterm.storage.read_method` ``method``:
-    the part's ``operation`` is made and run here, one call fewer on every read (``get_fact``
-    in process memory is a few microseconds, and each call costs a tenth of one)."""
+    the part's ``operation`` (one store operation) is made and run here, one call fewer on
+    every read (``get_fact`` in process memory is a few microseconds, a call a tenth of one)."""
 
     def forwarded(self: LongTermMemory, /, *args: P.args, **kwargs: P.kwargs) -> T:
-        return operation(part(self), *args, **kwargs).run(self._storage.store)
+        made = operation(part(self), *args, **kwargs)
+        return cast("StoreOp[T]", made).run(self._storage.store)
 
     return _named(forwarded, method)
 
