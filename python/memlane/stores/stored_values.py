@@ -145,7 +145,12 @@ def dumps_json(value: Any, *, key: str | None, field: str) -> str:
     found = find_unstorable(value, field)
     if found is not None:
         raise _unstorable(key, found)
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    return _encode(value)
+
+
+_encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+"""``json.dumps(value, ensure_ascii=False, separators=(",", ":"))`` without building an encoder
+per call (the keyword path of ``json.dumps`` does: ~2 us of a small dict's ~3)."""
 
 
 def timestamp(value: datetime | None) -> float | None:
