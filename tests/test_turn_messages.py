@@ -28,6 +28,7 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 from pydantic_ai.usage import RequestUsage
+from pydantic_core import to_json
 
 from memlane import (
     ConversationMemory,
@@ -426,8 +427,51 @@ class TestCheckedJson:
     def test_only_a_turn_without_metadata_is_checked_json(self, index: int) -> None:
         turn = _turns_to_store()[index]
         got = turn_json(turn)
-        assert (type(got) is types_mod.CheckedJson) == (not turn.metadata)
+        assert isinstance(got, types_mod.CheckedJson) == (not turn.metadata)
         assert got == turn.model_dump(mode="json")
+
+    @pytest.mark.parametrize("index", range(5))
+    def test_its_text_is_made_with_it(self, index: int) -> None:
+        """The text a store writes is what encoding the object gives, messages spliced in."""
+        turn = _turns_to_store()[index]
+        got = turn_json(turn)
+        if turn.metadata:
+            assert type(got) is dict
+            return
+        assert isinstance(got, types_mod.TurnJson)
+        assert got.text == to_json(dict(got)).decode()
+        assert got.messages == to_json(got["raw_messages"])
+        assert protocol.dumps_json(got, key="k", field="content") == got.text
+        assert json.loads(got.text) == turn.model_dump(mode="json")
+
+    def test_text_of_awkward_strings(self) -> None:
+        turn = new_turn(
+            turn_id=7,
+            user_prompt='"raw_messages":[] \\" ☃ \n\u0000',
+            assistant_response="}{,",
+            raw_messages=turn_messages(2),
+            timestamp=AT,
+            token_estimate=0,
+            metadata={},
+        )
+        got = turn_json(turn)
+        assert isinstance(got, types_mod.TurnJson)
+        assert got.text == to_json(dict(got)).decode()
+        assert json.loads(got.text) == turn.model_dump(mode="json")
+
+    def test_a_lone_surrogate_leaves_no_text(self) -> None:
+        turn = new_turn(
+            turn_id=0,
+            user_prompt="bad \udc80",
+            assistant_response="a",
+            timestamp=AT,
+            token_estimate=0,
+            metadata={},
+        )
+        got = turn_json(turn)
+        assert isinstance(got, types_mod.TurnJson)
+        assert got.text is None
+        assert got.messages is None
 
     @pytest.mark.parametrize("index", range(5))
     def test_its_text_reads_back_as_json_dumps_does(self, index: int) -> None:

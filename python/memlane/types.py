@@ -24,7 +24,13 @@ from pydantic import (
     model_serializer,
 )
 from pydantic.json_schema import JsonSchemaValue
-from pydantic_core import CoreSchema, core_schema, to_json, to_jsonable_python
+from pydantic_core import (
+    CoreSchema,
+    PydanticSerializationError,
+    core_schema,
+    to_json,
+    to_jsonable_python,
+)
 
 from memlane.message_json import messages_json
 
@@ -336,6 +342,20 @@ class CheckedJson(dict[str, Any]):
     __slots__ = ()
 
 
+class TurnJson(CheckedJson):
+    """The :class:`CheckedJson` of a turn, with its JSON text made once: ``text``, which the
+    stores write as it is, and ``messages``, the JSON of the turn's messages (the part of the
+    text a conversation keeps once the turn leaves the history). Both ``None`` when the text
+    could not be made (a lone surrogate): a store then encodes the object itself, and fails as
+    for any such value. memlane never changes one after making it.
+    """
+
+    __slots__ = ("messages", "text")
+
+    messages: bytes | None
+    text: str | None
+
+
 def turn_json(turn: ConversationTurn) -> dict[str, Any]:
     """``turn.model_dump(mode="json")``, built field by field.
 
@@ -345,18 +365,53 @@ def turn_json(turn: ConversationTurn) -> dict[str, Any]:
     :func:`~memlane.message_json.messages_json`, pydantic's form built directly for the kinds
     memlane knows), and the other fields cost next to nothing. A test holds the two equal, key
     order included.
-    Without metadata (whose values the caller gave) the result is a :class:`CheckedJson`.
+    Without metadata (whose values the caller gave) the result is a :class:`TurnJson`: its
+    text is made here, the messages' JSON spliced into it, so a store does not encode the
+    messages a second time when the conversation keeps their JSON.
     """
     messages = turn.raw_messages  # those of a turn given as strings are built now
     values = turn.__dict__
     metadata = values["metadata"]
-    kind = dict if metadata else CheckedJson
-    return kind(  # by keyword: the object is built once, not from a dict copied into it
+    raw = [] if type(messages) is list and not messages else messages_json(messages)
+    if metadata:
+        return {  # the object is built once, not from a dict copied into it
+            "turn_id": values["turn_id"],
+            "user_prompt": values["user_prompt"],
+            "assistant_response": values["assistant_response"],
+            "raw_messages": raw,
+            "timestamp": to_jsonable_python(values["timestamp"]),
+            "token_estimate": values["token_estimate"],
+            "metadata": to_jsonable_python(metadata),
+        }
+    made = TurnJson(
         turn_id=values["turn_id"],
         user_prompt=values["user_prompt"],
         assistant_response=values["assistant_response"],
-        raw_messages=([] if type(messages) is list and not messages else messages_json(messages)),
+        raw_messages=raw,
         timestamp=to_jsonable_python(values["timestamp"]),
         token_estimate=values["token_estimate"],
-        metadata=to_jsonable_python(metadata) if metadata else {},
+        metadata={},
     )
+    try:
+        encoded = to_json(raw)
+        head = to_json(
+            {
+                "turn_id": made["turn_id"],
+                "user_prompt": made["user_prompt"],
+                "assistant_response": made["assistant_response"],
+            }
+        )
+        tail = to_json(
+            {
+                "timestamp": made["timestamp"],
+                "token_estimate": made["token_estimate"],
+                "metadata": {},
+            }
+        )
+    except PydanticSerializationError:  # a lone surrogate: the store says so, as before
+        made.messages = made.text = None
+    else:
+        made.messages = encoded
+        # Both halves are compact objects: the messages go between them, in field order.
+        made.text = (head[:-1] + b',"raw_messages":' + encoded + b"," + tail[1:]).decode()
+    return made

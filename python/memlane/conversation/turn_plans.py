@@ -43,7 +43,14 @@ from memlane.conversation.summary_controls import check_pin_room
 from memlane.messages import message_texts
 from memlane.stores.protocol import dumps_json
 from memlane.tokens import TokenEstimator
-from memlane.types import ConversationTurn, MemoryEntry, new_entry_id, new_turn, utc_now
+from memlane.types import (
+    ConversationTurn,
+    MemoryEntry,
+    TurnJson,
+    new_entry_id,
+    new_turn,
+    utc_now,
+)
 
 if TYPE_CHECKING:
     from pydantic_ai.messages import ModelMessage
@@ -160,7 +167,10 @@ def add_turn_plan(
                 check_pin_room(summaries, state, cid, "the new turn", new.tokens)
         state.head += 1
         if new.messages is not None:  # kept once it leaves the window, instead of frozen
-            stored = to_json(entry.content["raw_messages"])
+            content = entry.content
+            stored = content.messages if type(content) is TurnJson else None
+            if stored is None:
+                stored = to_json(content["raw_messages"])
     else:
         turn = next_turn(state, new)
         entry_id = ""

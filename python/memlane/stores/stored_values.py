@@ -19,12 +19,15 @@ from pydantic_core import PydanticSerializationError, to_json
 from memlane._pure.store import Row
 from memlane._validate import type_name
 from memlane.errors import CorruptStoreError, UnstorableValueError
-from memlane.types import CheckedJson, MemoryEntry, MemoryScope
+from memlane.types import CheckedJson, MemoryEntry, MemoryScope, TurnJson
 
 T = TypeVar("T")
 
 
 # ---------------------------------------------------------------------------- the value rule
+
+_CHECKED = frozenset({CheckedJson, TurnJson})
+"""JSON objects memlane built from values already in JSON form: never walked again."""
 
 
 def _is_plain_json(value: Any) -> bool:
@@ -101,7 +104,7 @@ def find_unstorable(value: Any, path: str) -> str | None:
     The answer names the place, e.g. ``content['a'][2] (type set)``; exact built-in types
     are checked first, so plain values cost one walk.
     """
-    if type(value) is CheckedJson or _is_plain_json(value):
+    if type(value) in _CHECKED or _is_plain_json(value):
         return None
     return _find_unstorable(value, path)
 
@@ -137,7 +140,12 @@ def dumps_json(value: Any, *, key: str | None, field: str) -> str:
     """
     if type(value) is dict and not value:  # most entries' metadata: no encoder to build
         return "{}"
-    if type(value) is CheckedJson:
+    kind = type(value)
+    if kind is TurnJson:  # made with the turn's JSON, unless it could not be
+        text: str | None = value.text
+        if text is not None:
+            return text
+    if kind in _CHECKED:
         try:
             return to_json(value).decode()
         except PydanticSerializationError:  # a lone surrogate: json.dumps says as before
