@@ -150,6 +150,24 @@ class TestTheThreadsLife:
         for table in tables:
             table.close()
 
+    def test_without_a_thread_the_writer_checkpoints_itself(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A process that can start no more threads still opens the store: the twin's writer
+        keeps SQLite's own automatic checkpoint (the Rust table falls back alike)."""
+
+        def refuse(_thread: threading.Thread) -> None:
+            raise RuntimeError("can't start new thread")
+
+        monkeypatch.setattr(threading.Thread, "start", refuse)
+        table = _backend.PYTHON.SqliteTable(str(tmp_path / "s.sqlite3"))
+        monkeypatch.undo()
+        assert table._checkpointer is None
+        assert table._open().execute("PRAGMA wal_autocheckpoint").fetchone() == (1000,)
+        table.save("ns", row(0))
+        assert [r[0] for r in table.load("ns", 0.0)] == ["e00000"]
+        table.close()
+
 
 _WRITER = """
 import json, os, sys

@@ -93,4 +93,10 @@ def start(path: str, writer: sqlite3.Connection) -> Checkpointer | None:
     except sqlite3.Error:
         conn.close()
         return None
-    return Checkpointer(conn)
+    try:
+        return Checkpointer(conn)
+    except RuntimeError:
+        # No thread to be had: the writer checkpoints inline again, at SQLite's default.
+        conn.close()
+        writer.execute("PRAGMA wal_autocheckpoint=1000")
+        return None
