@@ -2,7 +2,7 @@
 
 SQLite's automatic checkpoint copies ~1,000 pages into the file (and waits for their sync)
 inside whichever commit crosses its threshold; the store's own thread does it instead, after
-every 64 committed writes, on a second connection. What must hold: the writes are the same and
+every 160 committed writes, on a second connection. What must hold: the writes are the same and
 as durable (every acknowledged write survives ``kill -9``), processes sharing a file all keep
 it whole, closing stops the thread and still folds the log into the file, and a table that
 cannot write (read-only, ``:memory:``) starts none.
@@ -57,15 +57,15 @@ def checkpoint_threads() -> int:
 
 
 class TestTheThreadCheckpoints:
-    """Every 64th committed write has the store's thread copy the log into the file."""
+    """Every 160th committed write has the store's thread copy the log into the file."""
 
     @pytest.mark.parametrize("commits", [COMMITS_PER_CHECKPOINT - 1, COMMITS_PER_CHECKPOINT])
     def test_only_a_full_count_copies(
         self, impl: _backend.Implementation, tmp_path: Path, commits: int
     ) -> None:
-        """63 commits leave the file as it was; the 64th has the thread copy them into it. A
+        """159 commits leave the file as it was; the 160th has the thread copy them into it. A
         read-only table keeps the file open, so the writer's close does not checkpoint, and
-        320 pages of log are far below any automatic threshold: only the thread copies."""
+        ~800 pages of log are below any automatic threshold: only the thread copies."""
         path = tmp_path / "s.sqlite3"
         table = impl.SqliteTable(str(path))
         holder = impl.SqliteTable(str(path), read_only=True)
@@ -247,7 +247,7 @@ class TestProcessesShareTheFile:
             proc.stdin.write("go\n")
             proc.stdin.flush()
             acknowledged = -1
-            # Past several checkpoints (one per 64 writes), then killed between two writes.
+            # Past several checkpoints (one per 160 writes), then killed between two writes.
             while acknowledged < COMMITS_PER_CHECKPOINT * 5 + 17:
                 acknowledged = json.loads(proc.stdout.readline())
             os.kill(proc.pid, signal.SIGKILL)

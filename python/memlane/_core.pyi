@@ -301,7 +301,7 @@ class SqliteTable:
     file made before the version column existed gains it on open, its rows at version 0; one
     made before the search index (``memory_search``, FTS5) gains it on open, filled from its
     rows, once, whichever process opens it first. A writable file table checkpoints its WAL on
-    a thread and connection of its own every 64 committed writes (the connection's automatic
+    a thread and connection of its own every 160 committed writes (the connection's automatic
     checkpoint kept at 4,000 pages as a backstop); ``close`` and dropping the table stop it
     (twin: :mod:`memlane._pure.sqlite_checkpoint`).
 

@@ -148,7 +148,7 @@ class SQLiteStore(LocalStore):
     transaction (group commit), each judged as if alone and each returning once that
     transaction has committed; a lone writer commits at once. A writable store copies its
     write-ahead log back into the file (SQLite's checkpoint) on a thread and connection of its
-    own after every 64 committed writes, so no caller's write waits for that copy; closing the
+    own after every 160 committed writes, so no caller's write waits for that copy; closing the
     store stops the thread first.
     :meth:`search` ranks entries by their ``metadata["search_text"]`` from an FTS5 index that
     triggers in the file keep in step with every write; :meth:`vector_search` scores the
