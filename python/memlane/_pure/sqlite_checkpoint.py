@@ -18,7 +18,6 @@ writer's close is still the last one and folds the WAL back into the file as bef
 
 from __future__ import annotations
 
-import contextlib
 import sqlite3
 import threading
 
@@ -27,6 +26,11 @@ COMMITS_PER_CHECKPOINT = 160
 pages of WAL, SQLite's own threshold. Checkpointing more often copies the pages every commit
 rewrites (the tree's inner pages, page 1) more often: more work in all, which a machine with no
 idle core pays back in the writer's time."""
+
+PASSES = 3
+"""Passes of one checkpoint: the frames the writer appended while a pass copied are copied by the
+next. Only a log copied to its end lets the writer's next transaction start the log over;
+otherwise it grows to the backstop, whose checkpoint then runs in the writer."""
 
 BACKSTOP_PAGES = 4000
 """The writer's own ``wal_autocheckpoint`` while a thread checkpoints."""
@@ -53,10 +57,17 @@ class Checkpointer:
                     if not self._pending:
                         return
                     self._pending = False
-                # A failed checkpoint is retried at the next signal; the writer's backstop
-                # bounds the WAL meanwhile.
-                with contextlib.suppress(sqlite3.Error):
-                    self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+                for _ in range(PASSES):
+                    try:
+                        _, log, copied = self._conn.execute(
+                            "PRAGMA wal_checkpoint(PASSIVE)"
+                        ).fetchone()
+                    except sqlite3.Error:
+                        # Retried at the next signal; the writer's backstop bounds the WAL
+                        # meanwhile.
+                        break
+                    if copied >= log:
+                        break
         finally:
             self._conn.close()
 

@@ -45,11 +45,23 @@ pub struct Checkpointer {
     commits: std::cell::Cell<u64>,
 }
 
+/// Passes of one checkpoint: the frames the writer appended while a pass copied are copied by
+/// the next. Only a log copied to its end lets the writer's next transaction start the log
+/// over; otherwise it grows to the backstop, whose checkpoint then runs in the writer.
+const PASSES: usize = 3;
+
 fn run(conn: &Connection, wake: &Receiver<()>) {
     while wake.recv().is_ok() {
-        // A busy or failed checkpoint is retried at the next signal; the writer's backstop
-        // bounds the WAL meanwhile.
-        let _ = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()));
+        for _ in 0..PASSES {
+            // A busy or failed checkpoint is retried at the next signal; the writer's
+            // backstop bounds the WAL meanwhile.
+            let pass = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| {
+                Ok((r.get::<_, i64>(1)?, r.get::<_, i64>(2)?))
+            });
+            if !matches!(pass, Ok((log, copied)) if copied < log) {
+                break;
+            }
+        }
     }
 }
 
