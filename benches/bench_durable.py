@@ -924,8 +924,9 @@ NEXT_STEPS: dict[str, str] = {
         "remember returns: with that guarantee ≤ 2x a plain upsert is out of reach, and the "
         "fair measure is the floor with FTS5. Above it: the read of the key before the "
         "conditional write (remember decides created / confirmed / updated / skipped against "
-        "the stored version), the SQLite table's save_if and ~25 us of Python (the entry, the "
-        "fact's JSON, the result). Next: the read and the conditional write in one statement."
+        "the stored version), the SQLite table's save_if and the Python that builds the entry, "
+        "the fact's JSON and the result (profile). Next: the read and the conditional write in "
+        "one statement."
     ),
     GET_SQLITE: (
         "The SELECT (SQLiteStore.load_content_by_key: the row's JSON text, no entry built) is "
