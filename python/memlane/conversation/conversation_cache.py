@@ -335,6 +335,8 @@ class ConversationCache:
         ``None`` when another host cleared the conversation and ``create`` is false.
         """
         events: list[MemoryEntry] = yield LoadRange(namespace(cid), log_key(state.head), LOG_STOP)
+        if not events:  # nothing committed since: every history read's case on a lone host
+            return state
         return (yield from self.apply_plan(cid, state, events, create=create))
 
     def apply_plan(
