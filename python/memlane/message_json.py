@@ -9,14 +9,14 @@ numbers, datetimes and plain dicts; for those the JSON form is each field's valu
 order, which :func:`messages_json` builds directly (~11 us).
 
 Anything else goes to pydantic's serializer: a class :func:`_candidates` does not list (file
-and media content, native tools, retry feedback, deltas), an instance with attributes its class does not declare (extra
-usage fields, which pydantic-ai serializes too), a field its class excludes holding a value
-that is not the excluded default, a tool return whose content is not a scalar (pydantic-ai
-records file digests beside it), or a value of a type the JSON form would have to convert
-(bytes, tuples, enums, non-finite floats, subclasses of the built-ins). A class is also checked
-once per process against pydantic's own output the first time it is met, so a pydantic-ai
-version that serializes one differently falls back instead of storing a different form; a test
-compares the two for every part kind.
+and media content, native tools, retry feedback, deltas), an instance with attributes its class
+does not declare (extra usage fields, which pydantic-ai serializes too), a field its class
+excludes holding a value that is not the excluded default, a tool return whose content is not a
+scalar (pydantic-ai records file digests beside it), or a value of a type the JSON form would
+have to convert (bytes, tuples, enums, non-finite floats, subclasses of the built-ins). A class
+is also checked once per process against pydantic's own output the first time it is met, so a
+pydantic-ai version that serializes one differently falls back instead of storing a different
+form; a test compares the two for every part kind.
 """
 
 from __future__ import annotations
@@ -128,8 +128,8 @@ def _candidates() -> dict[type, _Spec]:
         declared = {field.name for field in dataclasses.fields(cls)}
         try:
             hints = typing.get_type_hints(cls)
-        except Exception:  # noqa: BLE001, S112  # an annotation that does not resolve: pydantic writes it
-            continue
+        except Exception:  # noqa: BLE001, S112
+            continue  # an annotation that does not resolve: pydantic writes the class
         if not isinstance(dumped, dict) or not set(dumped) <= declared:
             continue  # a version that writes this class some other way: pydantic writes it
         floats = tuple(name for name in dumped if hints.get(name) is float)
