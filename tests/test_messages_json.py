@@ -11,6 +11,7 @@ import warnings
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta, timezone
 from decimal import Decimal
+from functools import partial
 from typing import Any
 
 import pytest
@@ -77,13 +78,14 @@ def request_parts() -> Iterator[Any]:
     yield UserPromptPart(
         content=["raw", BinaryContent(data=b"\xff\x00", media_type="image/png")], timestamp=AT
     )
-    yield ToolReturnPart(tool_name="t", content={"temp": 21.5, "ok": True}, timestamp=AT)
-    yield ToolReturnPart(tool_name="t", content=[1, "two", None], timestamp=AT)
-    yield ToolReturnPart(tool_name="t", content=3, metadata={"at": AT, "n": 1}, timestamp=AT)
-    yield ToolReturnPart(tool_name="t", content="x", metadata=("a", "b"), timestamp=AT)
-    yield ToolReturnPart(
-        tool_name="t", content="x", retry=RetryInfo("model_retry", attempt=1), timestamp=AT
-    )
+    # Each with its tool_call_id given: the default is a random id, and the parts' reprs are
+    # the tests' ids, which every pytest-xdist worker must collect the same.
+    tool = partial(ToolReturnPart, tool_name="t", tool_call_id="c2", timestamp=AT)
+    yield tool(content={"temp": 21.5, "ok": True})
+    yield tool(content=[1, "two", None])
+    yield tool(content=3, metadata={"at": AT, "n": 1})
+    yield tool(content="x", metadata=("a", "b"))
+    yield tool(content="x", retry=RetryInfo("model_retry", attempt=1))
     yield retry_prompt("try again")
     yield retry_prompt([{"type": "missing", "loc": ("a",), "msg": "Field required", "input": {}}])
     yield RetryFeedbackPart(content="again", retry=RetryInfo("validation_error"), timestamp=AT)
