@@ -198,6 +198,10 @@ def deterministic(monkeypatch: pytest.MonkeyPatch) -> Callable[[], None]:
         ticks = itertools.count()
         start = datetime(2026, 1, 1, tzinfo=UTC)
         monkeypatch.setattr(uuid, "uuid4", lambda: uuid.UUID(int=next(counter)))
+        # A turn's entry id is made from random bytes, not by uuid4: counted the same way.
+        monkeypatch.setattr(
+            memlane.conversation.turn_plans, "new_entry_id", lambda: uuid.uuid4().hex
+        )
 
         def now() -> datetime:
             return start + timedelta(seconds=next(ticks))
