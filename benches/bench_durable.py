@@ -6,7 +6,9 @@ gives the same durability, written as anyone would write it with nothing else ar
 * Turn on SQLite: ``add_turn(cid, prompt, response, messages)`` with the run's pydantic-ai
   messages, then ``get_message_history(cid)`` (10 conversations × 500 turns, 4,000-token budget).
   Floor: count the turn's new text (memlane's Rust counter, the call ``add_turn`` makes) and one
-  ``INSERT`` committed in plain ``sqlite3`` (WAL, ``synchronous=NORMAL``), the turn's row.
+  ``INSERT`` committed in plain ``sqlite3`` (WAL, ``synchronous=NORMAL``), the turn's row. A
+  reference floor also keeps what memlane keeps: the messages (pydantic-ai's JSON of them) in the
+  row, and a read of the rows newer than the last one seen, which is how a host sees another's.
 * The same turn in memory. Floor: counting the turn's new text.
 * Turn on PostgreSQL: ``async_add_turn`` + ``async_get_message_history``. Floor: count, one
   ``INSERT`` and one ``SELECT`` of the newest 30 rows with asyncpg, on the same server.
@@ -58,6 +60,11 @@ SQL_FLOOR_NO_CHECKPOINT = (
     "floor without WAL checkpoints (wal_autocheckpoint=0; reference: what a commit costs when "
     "no checkpoint ever runs in it)"
 )
+SQL_FLOOR_MESSAGES = (
+    "floor keeping the messages: count + pydantic-ai's JSON of them + one committed INSERT + one "
+    "SELECT of the rows newer than the last seen (reference: the least a history a fleet can "
+    "share costs)"
+)
 PG_FLOOR = "floor: count + one INSERT + one SELECT of the newest 30 rows (asyncpg)"
 FACT_RUST_SQL = "memlane (Rust), SQLiteStore"
 FACT_PY_SQL = "memlane pure-Python twin, SQLiteStore"
@@ -92,6 +99,10 @@ MANY = "8 writers on one SQLite file (add_turn, exact counting)"
 _TURN_TABLE = (
     "CREATE TABLE turns (conversation TEXT NOT NULL, turn INTEGER NOT NULL, prompt TEXT NOT NULL,"
     " response TEXT NOT NULL, tokens INTEGER NOT NULL, PRIMARY KEY (conversation, turn))"
+)
+_TURN_MESSAGES_TABLE = (  # the prompt and the response are in the messages
+    "CREATE TABLE turns (conversation TEXT NOT NULL, turn INTEGER NOT NULL,"
+    " tokens INTEGER NOT NULL, messages TEXT NOT NULL, PRIMARY KEY (conversation, turn))"
 )
 
 
@@ -215,6 +226,45 @@ def _sqlite_floor(pool: list[tuple[str, str]], *, checkpoints: bool = True) -> A
     return rep
 
 
+def _sqlite_messages_floor(pool: list[tuple[str, str]], messages: list[list[Any]]) -> Any:
+    """What a hand-written durable pydantic-ai history shared by a fleet does per turn: count
+    the text, serialise the run's messages with pydantic-ai's own adapter, commit one row and
+    read back the conversation's rows newer than the last one it saw (another host's turns)."""
+
+    def rep(schedule: list[tuple[int, int]], conversations: int) -> float:
+        from pydantic_ai.messages import ModelMessagesTypeAdapter
+
+        count = _counter()
+        dump = ModelMessagesTypeAdapter.dump_json
+        with tempfile.TemporaryDirectory(prefix="memlane-bench-durable-") as tmp:
+            conn = _sqlite(os.path.join(tmp, "floor.sqlite3"))
+            conn.execute(_TURN_MESSAGES_TABLE)
+            conn.commit()
+            cids = [f"conversation-{i}" for i in range(conversations)]
+            heads = [0] * conversations
+            insert = "INSERT INTO turns VALUES (?, ?, ?, ?)"
+            newer = "SELECT turn, messages FROM turns WHERE conversation = ? AND turn >= ?"
+
+            def run() -> None:
+                for ci, pi in schedule:
+                    prompt, response = pool[pi]
+                    tokens = sum(count([prompt, response]))
+                    row = (cids[ci], heads[ci], tokens, dump(messages[pi]))
+                    conn.execute(insert, row)
+                    conn.commit()
+                    heads[ci] += 1
+                    if conn.execute(newer, (cids[ci], heads[ci])).fetchall():
+                        raise RuntimeError("a row no host wrote")
+
+            try:
+                elapsed, _ = timed(run)
+            finally:
+                conn.close()
+        return elapsed / len(schedule)
+
+    return rep
+
+
 def _postgres(
     servers: _Servers, pool: list[tuple[str, str]], messages: list[list[Any]], *, floor: bool
 ) -> Any:
@@ -314,7 +364,11 @@ def _turns(
         "whichever commit crosses 1,000 pages; memlane's SQLite tables run that checkpoint on a "
         "thread of their own, so the floor without checkpoints is shown beside the judged floor: "
         "memlane is judged against the floor that pays them, and the reference row shows the "
-        "least a commit can cost."
+        "least a commit can cost. A second reference floor keeps the turn's messages (their "
+        "JSON by pydantic-ai's ModelMessagesTypeAdapter, made on the clock as memlane makes its "
+        "own) in the row instead of the prompt and the response, and after each commit reads "
+        "the conversation's rows newer than the last it saw, as a host of a fleet must to see "
+        "another host's turns."
     )
     cases = (
         (
@@ -324,6 +378,7 @@ def _turns(
                 (SQL, _memlane_turns("sqlite", pool, messages)),
                 (SQL_FLOOR, _sqlite_floor(pool)),
                 (SQL_FLOOR_NO_CHECKPOINT, _sqlite_floor(pool, checkpoints=False)),
+                (SQL_FLOOR_MESSAGES, _sqlite_messages_floor(pool, messages)),
             ],
             conversations,
             turns,
@@ -370,6 +425,13 @@ def _turns(
         (TURN_MEMORY, MEM, COUNT_FLOOR, 1.2),
     ):
         _against_floor(result, case, ref, floor, limit)
+    mine, kept = (
+        find(result.rows, TURN_SQLITE, SQL),
+        find(result.rows, TURN_SQLITE, SQL_FLOOR_MESSAGES),
+    )
+    if mine and kept and mine.median_s and kept.median_s:
+        prefix = f"{mine.check}; " if mine.check else ""
+        mine.check = f"{prefix}{mine.median_s / kept.median_s:.2f}x the floor keeping the messages"
     if cfg.profile:
         for case, store_kind in ((TURN_SQLITE, "sqlite"), (TURN_MEMORY, "memory")):
             if _missed(result, case):
