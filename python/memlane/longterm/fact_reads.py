@@ -34,6 +34,7 @@ from pydantic import BaseModel, ValidationError
 from memlane._runner import StoreOp
 from memlane.errors import CorruptStoreError
 from memlane.longterm.fact_model import Fact, FactRevision
+from memlane.longterm.fact_scopes import check_key, visible_namespaces
 from memlane.longterm.value_checks import plain_copy
 from memlane.stores.in_memory import InMemoryStore
 from memlane.types import construct_unchecked
@@ -49,8 +50,10 @@ __all__ = [
     "LoadFact",
     "copy_fact",
     "decoded_fact",
+    "find_fact",
     "inline_store",
     "read_fact",
+    "visible_fact",
 ]
 
 T = TypeVar("T")
@@ -235,6 +238,65 @@ def _from_text(found: tuple[str, int, Any]) -> HeldFact | None:
     return HeldFact(entry_id, version, decoded.fresh())
 
 
+def visible_fact(
+    store: MemoryStore,
+    key: object,
+    session_id: str | None,
+    user_id: str | None,
+    agent_id: str | None,
+) -> Fact | None:
+    """``get_fact`` with the store's blocking methods: the fact ``key`` as seen from the ids
+    (their scopes, most specific first, then ``global``), or ``None``; what the async
+    ``FindFact`` plan does, without making the operation (every blocking ``get_fact`` is a
+    few microseconds, and calls, keyword arguments and an operation object were a third).
+
+    Raises:
+        TypeError, ValueError: A key or id that is not a non-empty ``str`` (names it).
+    """
+    if type(key) is not str or not key or "\x00" in key:  # check_key's pass, inlined
+        key = check_key(key)
+    return find_fact(store, visible_namespaces(session_id, user_id, agent_id), key)
+
+
+def find_fact(store: MemoryStore, namespaces: tuple[str, ...], key: str) -> Fact | None:
+    """The fact ``key`` of the first of ``namespaces`` holding it, or ``None``, read with the
+    store's blocking methods (:class:`FindFact`'s ``run``)."""
+    if type(store) is InMemoryStore:
+        # _read's in-memory branch and decoded_fact's hit, inlined: every get_fact in
+        # process memory runs them.
+        for where in namespaces:
+            entry = store.load_by_key(where, key)
+            if entry is not None:
+                hit = _by_entry.get(id(entry))
+                if hit is not None and hit[0] is entry and hit[1] is entry.content:
+                    return hit[2].fresh()
+                return decoded_fact(entry, where)
+        return None
+    load_content = getattr(store, "load_content_by_key", None)
+    for where in namespaces:
+        if load_content is not None:
+            found = load_content(where, key)
+            if found is None:
+                continue
+            text = found[2]
+            # _from_text's hit, inlined: every get_fact on SQLite takes it.
+            decoded = _by_text.get(text) if type(text) is str else None
+            if decoded is not None:
+                return decoded.fresh()
+            held = _from_text(found)
+            if held is not None:
+                return held.fact
+            # Not a fact's text: the long way, whose errors are today's (as _read).
+            entry = store.load_by_key(where, key)
+            if entry is not None:
+                return read_fact(entry, where)
+            continue
+        held = _read(store, where, key)
+        if held is not None:
+            return held.fact
+    return None
+
+
 # Not frozen: a frozen dataclass sets each field through object.__setattr__, a third of the
 # op's cost on the in-memory path; nothing assigns to an op after it is made.
 @dataclass(slots=True)
@@ -264,41 +326,7 @@ class FindFact(StoreOp["Fact | None"]):
 
     def run(self, store: MemoryStore) -> Fact | None:
         """Reads with the store's blocking methods, one namespace after the other."""
-        key = self.key
-        if type(store) is InMemoryStore:
-            # _read's in-memory branch and decoded_fact's hit, inlined: every get_fact in
-            # process memory runs them.
-            for where in self.namespaces:
-                entry = store.load_by_key(where, key)
-                if entry is not None:
-                    hit = _by_entry.get(id(entry))
-                    if hit is not None and hit[0] is entry and hit[1] is entry.content:
-                        return hit[2].fresh()
-                    return decoded_fact(entry, where)
-            return None
-        load_content = getattr(store, "load_content_by_key", None)
-        for where in self.namespaces:
-            if load_content is not None:
-                found = load_content(where, key)
-                if found is None:
-                    continue
-                text = found[2]
-                # _from_text's hit, inlined: every get_fact on SQLite takes it.
-                decoded = _by_text.get(text) if type(text) is str else None
-                if decoded is not None:
-                    return decoded.fresh()
-                held = _from_text(found)
-                if held is not None:
-                    return held.fact
-                # Not a fact's text: the long way, whose errors are today's (as _read).
-                entry = store.load_by_key(where, key)
-                if entry is not None:
-                    return read_fact(entry, where)
-                continue
-            held = _read(store, where, key)
-            if held is not None:
-                return held.fact
-        return None
+        return find_fact(store, self.namespaces, self.key)
 
     async def run_async(self, store: MemoryStore) -> Fact | None:
         """Reads with the store's ``async_`` methods, one namespace after the other."""

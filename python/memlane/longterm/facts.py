@@ -35,6 +35,7 @@ from memlane._runner import (
     SaveIf,
     Step,
     async_method,
+    describe,
     run_now,
     sync_method,
 )
@@ -50,7 +51,7 @@ from memlane.longterm.fact_plans import (
     remember_plan,
     scope_facts_plan,
 )
-from memlane.longterm.fact_reads import FindFact, inline_store
+from memlane.longterm.fact_reads import FindFact, inline_store, visible_fact
 from memlane.longterm.fact_scopes import (
     FACTS_PREFIX,
     MEMORY_TYPES,
@@ -66,7 +67,6 @@ from memlane.longterm.storage import (
     Storage,
     StoragePart,
     async_writing_method,
-    read_method,
     writing_method,
 )
 from memlane.longterm.value_checks import check_enum, check_json_value, checked_copy
@@ -401,7 +401,19 @@ class Facts(StoragePart):
             key = check_key(key)
         return FindFact(visible_namespaces(session_id, user_id, agent_id), key)
 
-    get_fact = read_method(_get_fact)
+    def _get_fact_now(
+        self,
+        key: str,
+        *,
+        session_id: str | None = None,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+    ) -> Fact | None:
+        # _get_fact's operation run at once, without making it (see visible_fact).
+        return visible_fact(self._storage.store, key, session_id, user_id, agent_id)
+
+    get_fact = describe(_get_fact_now, _get_fact, sync=True)
+    del _get_fact_now
     async_get_fact = async_method(_get_fact)
 
     def _facts(

@@ -21,7 +21,7 @@ from collections.abc import Callable, Coroutine, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeAlias, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeAlias, TypeVar
 
 from memlane._runner import (
     Call,
@@ -52,7 +52,6 @@ __all__ = [
     "async_writing_method",
     "collector_paused",
     "make_storage",
-    "read_method",
     "run_written",
     "writing_method",
 ]
@@ -164,22 +163,6 @@ def run_written(step: Step[T], storage: Storage, *, bulk: bool = False) -> T:
         return run_sync(step, storage.store)
     with collector_paused():
         return run_sync(step, storage.store)
-
-
-def read_method(
-    plan: Callable[Concatenate[Part, P], Step[T]],
-) -> Callable[Concatenate[Part, P], T]:
-    """The blocking public method of a plan method that returns one store operation which
-    writes nothing (``get_fact``; typed ``Step`` so its signature reads as its result): the
-    operation runs on the store, as :func:`~memlane._runner.run_sync` runs one, without the
-    runner's dispatch. Its ``async_`` twin is the runner's ``async_method`` of the same plan
-    method.
-    """
-
-    def method(self: Part, /, *args: P.args, **kwargs: P.kwargs) -> T:
-        return cast("StoreOp[T]", plan(self, *args, **kwargs)).run(self._storage.store)
-
-    return describe(method, plan, sync=True)
 
 
 def async_writing_method(
