@@ -61,8 +61,8 @@ class PostgreSQLStore(NetworkVectorStore[Any]):
     function, which locks the key's row while it judges the version (or, for a free key, lets
     the unique index pick the one insert that lands). ``key`` is collated ``"C"`` (code-point
     order), so :meth:`load_range` reads the (namespace, key) index in order.
-    :meth:`save_if_absent` appends to a log in one statement: an insert that lands only on a
-    free key, and after a lost race the keys from it on. Tables made
+    :meth:`save_if_absent` appends to a log with one statement, an insert that lands only on
+    a free key; after a lost race a second reads the keys from it on. Tables made
     before versions existed gain the ``version`` column (their rows at 0) and the collation
     on first use.
 
@@ -353,7 +353,8 @@ class PostgreSQLStore(NetworkVectorStore[Any]):
         self, namespace: str, entry: MemoryEntry, stop: str
     ) -> tuple[bool, list[MemoryEntry]]:
         """``save_if(namespace, entry, None)`` and, after a loss, ``load_range(namespace,
-        entry.key, stop)``: one statement, one round trip, in the usual case.
+        entry.key, stop)``: one statement, one round trip, for a win; a loss reads the keys
+        with a second.
 
         Returns:
             ``(True, [])`` when the entry was written (at version 1); ``(False, entries)``
@@ -387,14 +388,13 @@ class PostgreSQLStore(NetworkVectorStore[Any]):
     async def _do_save_if_absent(
         self, pool: Any, namespace: str, params: tuple[Any, ...], stop: str, retry: bool
     ) -> tuple[bool, list[MemoryEntry]]:
-        records = await pool.fetch(self._sql.save_if_absent, namespace, *params, utc_now(), stop)
-        if records[0][0]:
+        if await pool.fetchval(self._sql.save_if_absent, namespace, *params):
             return True, []
-        entries = [self._entry(tuple(r)[1:]) for r in records if r[1] is not None]
         key = params[2]
+        entries = await self._do_load_range(pool, namespace, key, stop, utc_now())
         if not entries or entries[0].key != key:
-            # The holder is not in the statement's snapshot (it committed while the insert
-            # waited), is expired, or another key holds this entry_id: save_if decides.
+            # The holder expired, or went since the insert met it, or another key holds
+            # this entry_id: save_if decides.
             if await self._do_save_if(pool, namespace, params, None, retry):
                 return True, []
             return False, await self._do_load_range(pool, namespace, key, stop, utc_now())
