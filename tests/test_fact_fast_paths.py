@@ -13,7 +13,13 @@ from hypothesis import strategies as st
 
 from memlane.errors import UnstorableValueError
 from memlane.longterm import LongTermMemory
-from memlane.longterm.fact_model import FactScope, FactType, RememberResult
+from memlane.longterm.fact_model import (
+    FactScope,
+    FactType,
+    RememberResult,
+    render_plain,
+    render_value,
+)
 from memlane.longterm.fact_plans import plain_copy
 from memlane.longterm.fact_scopes import check_scope
 from memlane.longterm.value_checks import check_enum, check_json_value, checked_copy
@@ -119,6 +125,29 @@ class TestCheckedCopy:
         assert copied == {"a": [1.5, {"b": 2}], "c": [3, 4]}
         assert copied["a"] is not value["a"]
         assert copied["a"][1] is not value["a"][1]
+
+
+class TestRenderPlain:
+    """render_plain gives render_value's text for every plain JSON value (the search text of
+    every fact written), from one encoder shared by every call."""
+
+    @given(_JSON | st.floats())  # NaN and infinities too: render_value writes them
+    def test_same_as_render_value(self, value: Any) -> None:
+        assert render_plain(value) == render_value(value)
+
+    def test_a_failed_encode_leaves_nothing_behind(self) -> None:
+        with pytest.raises(TypeError, match="not JSON serializable"):
+            render_plain({"a": [b"raw"]})
+        value = {"a": [1, {"b": "é"}]}
+        assert render_plain(value) == render_value(value) == '{"a": [1, {"b": "é"}]}'
+
+    def test_the_written_search_text(self) -> None:
+        memory = LongTermMemory(InMemoryStore())
+        memory.remember(
+            "tz", {"zone": "Australia/Adelaide", "dst": True}, scope="user", scope_id="u"
+        )
+        (entry,) = memory.store.load("longterm:facts:user:u")
+        assert entry.metadata["search_text"] == 'tz {"zone": "Australia/Adelaide", "dst": true}'
 
 
 class TestCheckScopeCache:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 import json
+from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Any, Literal
 
@@ -16,7 +17,15 @@ from pydantic import BaseModel, Field, field_validator
 
 from memlane.types import as_utc, utc_now
 
-__all__ = ["Fact", "FactRevision", "FactScope", "FactType", "RememberResult", "render_value"]
+__all__ = [
+    "Fact",
+    "FactRevision",
+    "FactScope",
+    "FactType",
+    "RememberResult",
+    "render_plain",
+    "render_value",
+]
 
 
 class FactType(str, enum.Enum):
@@ -130,6 +139,39 @@ def render_value(value: Any) -> str:
     return _ENCODER.encode(value)
 
 
+def render_plain(value: Any) -> str:
+    """:func:`render_value` of a plain JSON value (one that passed the value rule, or was
+    decoded from JSON: a tree, no cycles), in half its time: the text of every fact written.
+    """
+    if isinstance(value, str):
+        return value
+    return "".join(_PLAIN(value, 0))
+
+
 # What json.dumps(value, ensure_ascii=False, separators=(", ", ": ")) builds on every call:
 # made once, it costs half as much (every remember renders its value for the search text).
 _ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(", ", ": "))
+
+# _ENCODER's own C encoder, made once rather than on each encode, and without the cycle
+# check's table of the containers being encoded, which a shared encoder could not keep
+# per call: a plain JSON value has no cycles (were one given, the encoder's recursion limit
+# would stop it with a RecursionError).
+# typeshed does not declare the C accelerator; CPython has had it since 2.6.
+_C_MAKE_ENCODER: Callable[..., Callable[[Any, int], Iterable[str]]] | None = getattr(
+    json.encoder, "c_make_encoder", None
+)
+_PLAIN: Callable[[Any, int], Iterable[str]] = (
+    _C_MAKE_ENCODER(
+        None,  # no cycle check
+        _ENCODER.default,
+        json.encoder.encode_basestring,  # what ensure_ascii=False picks
+        _ENCODER.indent,
+        _ENCODER.key_separator,
+        _ENCODER.item_separator,
+        _ENCODER.sort_keys,
+        _ENCODER.skipkeys,
+        _ENCODER.allow_nan,
+    )
+    if _C_MAKE_ENCODER is not None
+    else lambda value, _: (_ENCODER.encode(value),)
+)

@@ -29,6 +29,7 @@ from memlane.longterm.fact_model import (
     FactScope,
     FactType,
     RememberResult,
+    render_plain,
     render_value,
 )
 from memlane.longterm.fact_reads import FindFact, HeldFact, LoadFact, read_fact
@@ -101,7 +102,7 @@ def fact_entry(fact: Fact, entry_id: str | None = None, version: int = 0) -> Mem
         key=fact.key,
         content=fact_json(fact),
         # Checked JSON (one string), so a store's save does not walk it again.
-        metadata=CheckedJson({SEARCH_TEXT: f"{fact.key} {render_value(fact.value)}"}),
+        metadata=CheckedJson({SEARCH_TEXT: f"{fact.key} {render_plain(fact.value)}"}),
         created_at=utc_now(),
         expires_at=None,
         importance=fact.confidence,
