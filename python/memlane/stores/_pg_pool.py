@@ -24,15 +24,80 @@ Rules that keep it safe:
   it back to the pool.
 - :meth:`close` releases every idle connection before closing the pool, which then waits for
   the busy ones as it always has.
+
+Every statement is bounded by the store's ``timeout``, but not by asyncpg's own timer: asyncpg
+arms one (``loop.call_later``) for each statement and cancels it when the answer comes, ~6 us
+of CPU a statement, two a conversation turn. One watchdog timer per pool bounds them all
+instead. A statement notes its deadline and its task, which costs a dict entry; the timer is
+armed only when none is, for the earliest deadline, and when it fires it cancels each
+statement past its deadline (the task's cancellation is what asyncpg turns into a cancel
+request to the server, as its own timer does) and re-arms itself for the next deadline, if a
+statement is still running. A statement so cancelled raises ``TimeoutError``, as asyncpg's
+timer raises it, and its connection goes back to the pool, which waits (within ``timeout``)
+for the server to confirm the cancellation, or discards the connection. Connections handed
+out by :meth:`HeldPool.acquire` (migrations, transactions) keep asyncpg's timer: see
+:func:`bounded_connection_class`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+import functools
+from collections.abc import AsyncIterator, Awaitable
 from typing import Any
 
-__all__ = ["HeldPool"]
+__all__ = ["HeldPool", "bounded_connection_class"]
+
+_METHODS = ("execute", "executemany", "fetch", "fetchrow", "fetchval")
+
+
+@functools.cache
+def bounded_connection_class(connection: type[Any], timeout: float) -> type[Any]:
+    """A subclass of asyncpg's ``Connection`` for a pool made with ``command_timeout=None``:
+    its statements are bounded by ``timeout`` unless :meth:`watched` runs them.
+
+    Every statement asyncpg or a caller runs (a transaction's ``BEGIN`` and ``COMMIT``, a
+    migration's DDL, the pool's rollback) gets asyncpg's timer for ``timeout`` as the pool's
+    ``command_timeout`` would give it. Only :class:`HeldPool`'s own statements, which its
+    watchdog bounds, go without.
+
+    Args:
+        connection: ``asyncpg.Connection`` (the driver is imported by the store).
+        timeout: Seconds allowed for each statement.
+    """
+
+    # Methods are looked up on each call, not when the class is made: whatever wraps
+    # asyncpg's (a test counting statements) sees every statement.
+    def bounded(name: str) -> Any:
+        def method(self: Any, *args: Any, timeout: float | None = None, **kw: Any) -> Any:
+            bound = self.statement_timeout if timeout is None else timeout
+            return getattr(connection, name)(self, *args, timeout=bound, **kw)
+
+        method.__name__ = name
+        return method
+
+    def watched(self: Any, method: str, query: str, args: tuple[Any, ...]) -> Awaitable[Any]:
+        """``method`` of asyncpg's ``Connection`` itself, with no timer: the caller bounds it."""
+        call: Any = getattr(connection, method)
+        result: Awaitable[Any] = call(self, query, *args)
+        return result
+
+    namespace: dict[str, Any] = {name: bounded(name) for name in _METHODS}
+    namespace.update(statement_timeout=timeout, watched=watched)
+    return type("BoundedConnection", (connection,), namespace)
+
+
+class _Running:
+    """A watched statement: when it must be done by, the task awaiting it, and whether the
+    watchdog cancelled it."""
+
+    __slots__ = ("deadline", "overran", "task")
+
+    def __init__(self, deadline: float, task: asyncio.Task[Any] | None) -> None:
+        self.deadline = deadline
+        self.task = task
+        self.overran = False
 
 
 class HeldPool:
@@ -41,11 +106,21 @@ class HeldPool:
     Args:
         pool: The asyncpg pool, open.
         interface_error: ``asyncpg.InterfaceError`` (the driver is imported by the store).
+        timeout: Seconds allowed for each statement, which the pool's watchdog enforces; the
+            pool's connections must then be :func:`bounded_connection_class`'s, made with
+            ``command_timeout=None``. ``None``: the statements are asyncpg's own, bounded by
+            whatever the pool was given.
     """
 
-    def __init__(self, pool: Any, interface_error: type[Exception]) -> None:
+    def __init__(
+        self, pool: Any, interface_error: type[Exception], timeout: float | None = None
+    ) -> None:
         self.pool = pool
         self._interface_error = interface_error
+        self._timeout = timeout
+        # The watched statements running, by connection (one statement each at a time).
+        self._running: dict[Any, _Running] = {}
+        self._watchdog: asyncio.TimerHandle | None = None
         self._idle: list[tuple[Any, int]] = []
         # Bumped by recover(): connections taken before it are not reused.
         self._generation = 0
@@ -76,7 +151,10 @@ class HeldPool:
         if ok and not self._waiting and not self._closing and generation == self._generation:
             self._idle.append(held)
         else:
-            await self.pool.release(con)
+            # Bounded: the wait for a cancelled statement's confirmation and the rollback
+            # would otherwise have no timer (the pool has no command_timeout); past it the
+            # pool discards the connection.
+            await self.pool.release(con, timeout=self._timeout)
 
     @contextlib.asynccontextmanager
     async def acquire(self) -> AsyncIterator[Any]:
@@ -93,11 +171,53 @@ class HeldPool:
         held = await self._take()
         ok = False
         try:
-            result = await getattr(held[0], method)(query, *args)
+            if self._timeout is None:
+                result = await getattr(held[0], method)(query, *args)
+            else:
+                result = await self._watched(held[0], method, query, args)
             ok = True
             return result
         finally:
             await self._give_back(held, ok)
+
+    async def _watched(self, con: Any, method: str, query: str, args: tuple[Any, ...]) -> Any:
+        assert self._timeout is not None
+        loop = asyncio.get_running_loop()
+        running = _Running(loop.time() + self._timeout, asyncio.current_task())
+        self._running[con] = running
+        if self._watchdog is None:
+            self._watchdog = loop.call_at(running.deadline, self._expire, loop)
+        try:
+            return await con.watched(method, query, args)
+        except asyncio.CancelledError:
+            if not running.overran or running.task is None:
+                raise
+            # The watchdog's cancellation, not the caller's: asyncpg's own timer raises this.
+            running.task.uncancel()
+            raise TimeoutError from None
+        finally:
+            del self._running[con]
+
+    def _expire(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Cancels every statement past its deadline; re-arms for the earliest one left."""
+        self._watchdog = None
+        now = loop.time()
+        earliest: float | None = None
+        for running in self._running.values():
+            if running.overran or running.task is None:
+                continue
+            if running.deadline <= now:
+                running.overran = True
+                running.task.cancel()
+            elif earliest is None or running.deadline < earliest:
+                earliest = running.deadline
+        if earliest is not None:
+            self._watchdog = loop.call_at(earliest, self._expire, loop)
+
+    def _stop_watchdog(self) -> None:
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            self._watchdog = None
 
     async def fetch(self, query: str, *args: Any) -> list[Any]:
         """``Connection.fetch`` on a held connection."""
@@ -135,9 +255,11 @@ class HeldPool:
         self._closing = True
         await self._release_idle()
         await self.pool.close()
+        self._stop_watchdog()
 
     def terminate(self) -> None:
         """Closes every connection now, busy or idle."""
         self._closing = True
         self._idle.clear()
         self.pool.terminate()
+        self._stop_watchdog()

@@ -21,7 +21,7 @@ from memlane.stores import _pg_search
 from memlane.stores._base import blocking
 from memlane.stores._connect import IndexFallbackWarning, require
 from memlane.stores._network_vectors import NetworkVectorStore
-from memlane.stores._pg_pool import HeldPool
+from memlane.stores._pg_pool import HeldPool, bounded_connection_class
 from memlane.stores._pg_sql import (
     PgSql,
     check_schema_name,
@@ -159,7 +159,10 @@ class PostgreSQLStore(NetworkVectorStore[Any]):
                 min_size=self.pool_min_size,
                 max_size=self.pool_size,
                 timeout=self.connect_timeout,
-                command_timeout=self.timeout,
+                # The held pool's watchdog bounds its statements; the connections' class
+                # bounds every other (see _pg_pool).
+                command_timeout=None,
+                connection_class=bounded_connection_class(asyncpg.Connection, self.timeout),
                 reset=keep_session,
                 # The server refuses every write of a read-only store's sessions, whatever
                 # a bug in memlane might send.
@@ -169,7 +172,7 @@ class PostgreSQLStore(NetworkVectorStore[Any]):
             if isinstance(exc, asyncpg.ClientConfigurationError):
                 raise
             raise self._unreachable(exc, "connect to") from exc
-        return HeldPool(pool, asyncpg.InterfaceError)
+        return HeldPool(pool, asyncpg.InterfaceError, self.timeout)
 
     async def _check_store(self, pool: Any) -> None:
         """What a read-only store does instead of migrating: finds the table, and the search
