@@ -14,16 +14,18 @@ from hypothesis import strategies as st
 from memlane.errors import UnstorableValueError
 from memlane.longterm import LongTermMemory
 from memlane.longterm.fact_model import (
+    Fact,
     FactScope,
     FactType,
     RememberResult,
     render_plain,
     render_value,
 )
-from memlane.longterm.fact_plans import plain_copy
+from memlane.longterm.fact_plans import fact_entry, plain_copy
 from memlane.longterm.fact_scopes import check_scope
 from memlane.longterm.value_checks import check_enum, check_json_value, checked_copy
 from memlane.stores import InMemoryStore
+from memlane.types import CheckedJson, MemoryEntry
 
 _JSON = st.recursive(
     st.none()
@@ -148,6 +150,40 @@ class TestRenderPlain:
         )
         (entry,) = memory.store.load("longterm:facts:user:u")
         assert entry.metadata["search_text"] == 'tz {"zone": "Australia/Adelaide", "dst": true}'
+
+
+class TestInMemorySaveIfChecks:
+    """InMemoryStore.save_if passes an entry of checked JSON without walking it, and still
+    checks every other entry as before."""
+
+    def test_a_fact_entry_lands_at_the_stored_version(self) -> None:
+        store = InMemoryStore()
+        fact = Fact(key="k", value={"a": [1, 2]}, scope=FactScope.USER, scope_id="u")
+        entry = fact_entry(fact, version=7)
+        assert type(entry.content) is CheckedJson
+        assert store.save_if("ns", entry, None)
+        held = store.load_by_key("ns", "k")
+        assert held is not None
+        assert held.version == 1
+        assert held.content == fact.model_dump(mode="json")
+        assert not store.save_if("ns", fact_entry(fact, held.entry_id, 2), None)
+        assert store.save_if("ns", fact_entry(fact, held.entry_id, 2), 1)
+
+    def test_other_entries_are_checked(self) -> None:
+        store = InMemoryStore()
+        with pytest.raises(UnstorableValueError, match=r"content\['x'\]"):
+            store.save_if("ns", MemoryEntry(key="k", content={"x": float("nan")}), None)
+        with pytest.raises(UnstorableValueError, match="metadata"):
+            store.save_if(
+                "ns",
+                MemoryEntry(key="k", content=CheckedJson(a=1), metadata={"s": {1}}),
+                None,
+            )
+        with pytest.raises(TypeError, match="keyed entry"):
+            store.save_if("ns", MemoryEntry(content=CheckedJson(a=1)), None)
+        with pytest.raises(TypeError, match="entry must be MemoryEntry, not dict"):
+            store.save_if("ns", {"key": "k"}, None)  # type: ignore[arg-type]  # the check under test
+        assert store.load("ns") == []
 
 
 class TestCheckScopeCache:

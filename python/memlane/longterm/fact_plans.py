@@ -88,7 +88,8 @@ def new_entry_id() -> str:
 
 
 def fact_entry(fact: Fact, entry_id: str | None = None, version: int = 0) -> MemoryEntry:
-    """The entry holding ``fact`` (a new id unless ``entry_id``), at ``version``.
+    """The entry holding ``fact`` (a new id unless ``entry_id``), at ``version``, created at
+    the fact's ``updated_at`` (the moment its writer changed it).
 
     Built without validation, and its content marked as checked JSON: every field comes from
     a validated Fact whose value passed the value rule, so a store need not walk it again. A
@@ -103,7 +104,9 @@ def fact_entry(fact: Fact, entry_id: str | None = None, version: int = 0) -> Mem
         content=fact_json(fact),
         # Checked JSON (one string), so a store's save does not walk it again.
         metadata=CheckedJson({SEARCH_TEXT: f"{fact.key} {render_plain(fact.value)}"}),
-        created_at=utc_now(),
+        # Every writer stamps the fact's updated_at with the moment it writes it, which is
+        # the entry's creation: one clock reading, not two.
+        created_at=fact.updated_at,
         expires_at=None,
         importance=fact.confidence,
         version=version,
@@ -122,8 +125,9 @@ def fact_json(fact: Fact) -> CheckedJson:
     return CheckedJson(  # by keyword: the object is built once, not from a dict copied into it
         key=values["key"],
         value=plain_copy(values["value"]),
-        fact_type=values["fact_type"].value,
-        scope=values["scope"].value,
+        # The members' own _value_: Enum.value is a Python-level descriptor, ~0.2 us a read.
+        fact_type=values["fact_type"]._value_,
+        scope=values["scope"]._value_,
         scope_id=values["scope_id"],
         confidence=values["confidence"],
         times_confirmed=values["times_confirmed"],

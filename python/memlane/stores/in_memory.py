@@ -25,7 +25,6 @@ from memlane.stores.protocol import (
     check_namespace,
     check_search,
     check_storable,
-    next_version,
     now,
     search_terms,
     search_text,
@@ -39,13 +38,18 @@ from memlane.stores.vectors import (
     check_vector_search,
     text_digest,
 )
-from memlane.types import MemoryEntry
+from memlane.types import CheckedJson, MemoryEntry, TurnJson
 
 __all__ = ["InMemoryStore"]
 
 _EVER = -math.inf
 """A ``now`` at which every entry is live: the table's ``load_by_key`` then finds a key's
 holder even when it has expired (a save displaces an expired holder too)."""
+
+
+_CHECKED_JSON = (CheckedJson, TurnJson)
+"""The content and metadata types memlane builds from checked JSON (``check_storable``
+passes them without a walk)."""
 
 
 class InMemoryStore(LocalStore):
@@ -204,14 +208,23 @@ class InMemoryStore(LocalStore):
         """
         if type(namespace) is not str or not namespace or "\x00" in namespace:
             namespace = check_namespace(namespace)
-        entry = check_storable(check_keyed_entry(entry))
+        key = entry.key if type(entry) is MemoryEntry else None
+        if (
+            key is None
+            or type(entry.content) not in _CHECKED_JSON
+            or type(entry.metadata) not in _CHECKED_JSON
+        ):
+            # The full checks; the entries memlane builds (a fact's, a turn's) are checked
+            # JSON already, and every remember writes one here.
+            entry = check_storable(check_keyed_entry(entry))
+            key = entry.key
+            assert key is not None  # check_keyed_entry refused None
         if expected_version is not None and (
             type(expected_version) is not int or not 0 <= expected_version < MAX_VERSION
         ):
             expected_version = check_expected_version(expected_version)
-        stored = _at_version(entry, next_version(expected_version))
-        key = entry.key
-        assert key is not None  # check_keyed_entry refused None
+        version = 1 if expected_version is None else expected_version + 1  # next_version's
+        stored = entry if entry.version == version else _at_version(entry, version)
         if self._closed or self.read_only:
             self._check_write()
         # acquire/release rather than `with`, as in save: conversation turns are saved here.
