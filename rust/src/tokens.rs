@@ -13,9 +13,6 @@ use regex_automata::{Anchored, Input, MatchKind};
 use rustc_hash::FxHashMap;
 
 mod periodic;
-mod short_ranks;
-
-use short_ranks::ShortRanks;
 
 /// The BPE encodings memlane can count with. Both rank files are embedded in the binary.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -264,9 +261,6 @@ const PAIR_BITS: u32 = 13;
 /// rank first, leftmost among equal ranks) for the rest.
 pub struct ExactCounter {
     ranks: FxHashMap<Vec<u8>, Rank>,
-    /// The ranks of the tokens of 3 to 12 bytes again, one cache line a lookup (see
-    /// [`ShortRanks`]): those lengths are answered from here.
-    short: ShortRanks,
     /// The rank of every two-byte token, indexed by its bytes read big-endian, `Rank::MAX`
     /// where none: the first round of every merge looks up each adjacent byte pair, and a
     /// 256 KiB table answers that without hashing.
@@ -303,7 +297,6 @@ impl ExactCounter {
             }
             ranks.insert(token, rank);
         }
-        let short = ShortRanks::new(ranks.iter().map(|(t, r)| (t.as_slice(), *r)));
         // The Unicode classes make the lazy DFA large: with the default cache it thrashes on
         // CJK text (rebuilt state after state, ~7x slower than tiktoken there).
         // What `regex::RegexBuilder` configures (leftmost-first, UTF-8), with larger limits.
@@ -320,7 +313,6 @@ impl ExactCounter {
             .expect("split pattern compiles");
         Self {
             ranks,
-            short,
             pair_ranks,
             byte_ranks,
             split,
@@ -334,8 +326,6 @@ impl ExactCounter {
     fn rank(&self, bytes: &[u8]) -> Rank {
         if let [a, b] = *bytes {
             self.pair_ranks[usize::from(a) << 8 | usize::from(b)]
-        } else if ShortRanks::holds(bytes.len()) {
-            self.short.get(bytes)
         } else {
             self.ranks.get(bytes).copied().unwrap_or(Rank::MAX)
         }
