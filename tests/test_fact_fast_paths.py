@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import enum
 import json
+import multiprocessing
+import uuid
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -21,7 +24,7 @@ from memlane.longterm.fact_model import (
     render_plain,
     render_value,
 )
-from memlane.longterm.fact_plans import fact_entry, plain_copy
+from memlane.longterm.fact_plans import fact_entry, new_entry_id, plain_copy
 from memlane.longterm.fact_scopes import check_scope
 from memlane.longterm.value_checks import check_enum, check_json_value, checked_copy
 from memlane.stores import InMemoryStore
@@ -184,6 +187,39 @@ class TestInMemorySaveIfChecks:
         with pytest.raises(TypeError, match="entry must be MemoryEntry, not dict"):
             store.save_if("ns", {"key": "k"}, None)  # type: ignore[arg-type]  # the check under test
         assert store.load("ns") == []
+
+
+def _ids_in_child(count: int) -> list[str]:
+    return [new_entry_id() for _ in range(count)]
+
+
+class TestBatchedEntryIds:
+    """Entry ids come from batches of random bytes, and no two processes or threads ever
+    hand out the same one."""
+
+    def test_form_across_batches(self) -> None:
+        ids = [new_entry_id() for _ in range(3 * 256 + 5)]
+        assert len(set(ids)) == len(ids)
+        for made in ids:
+            parsed = uuid.UUID(hex=made)
+            assert parsed.hex == made
+            assert parsed.version == 4
+            assert parsed.variant == uuid.RFC_4122
+
+    def test_forked_children_start_their_own_batch(self) -> None:
+        new_entry_id()  # the parent holds a batch with ids left in it when it forks
+        with multiprocessing.get_context("fork").Pool(3) as pool:
+            children = pool.map(_ids_in_child, [300, 300, 300])
+        mine = [new_entry_id() for _ in range(300)]
+        every = [*mine, *(i for ids in children for i in ids)]
+        assert len(every) == 1200
+        assert len(set(every)) == len(every)
+
+    def test_threads_take_different_ids(self) -> None:
+        with ThreadPoolExecutor(8) as pool:
+            made = list(pool.map(lambda _: _ids_in_child(500), range(8)))
+        every = [i for ids in made for i in ids]
+        assert len(set(every)) == len(every) == 4000
 
 
 class TestCheckScopeCache:
