@@ -192,6 +192,15 @@ PRAGMAS = ("PRAGMA journal_mode=WAL", "PRAGMA synchronous=NORMAL", "PRAGMA busy_
 
 _COLUMNS = "entry_id, scope, key, content, metadata, created_at, expires_at, importance, version"
 _LIVE = "(expires_at IS NULL OR expires_at > ?)"
+_HOLDER = (
+    "SELECT version, "
+    "CASE WHEN expires_at IS NULL OR expires_at > ? THEN 1 ELSE 0 END, entry_id = ? "
+    "FROM memory_entries WHERE namespace = ? AND key = ?"
+)
+"""The holder of a key, live or expired: its version, whether it is live at now, whether it is
+the entry being written (the Rust table's ``HOLDER``)."""
+# What a conditional write read of its key's holder before writing (the Rust table's `Holder`).
+_UNKNOWN, _ABSENT, _THIS, _OTHER = "unknown", "absent", "this", "other"
 
 
 def match_query(terms: list[str]) -> str:
@@ -269,17 +278,24 @@ class SqliteTable:
             raise ValueError("SqliteTable is closed")
         return self._conn
 
-    def _upsert(self, conn: sqlite3.Connection, namespace: str, row: Row) -> None:
+    def _upsert(
+        self, conn: sqlite3.Connection, namespace: str, row: Row, holder: str = _UNKNOWN
+    ) -> None:
+        """Upserts ``row``, given what the caller read of its key's holder (``_holder``): the
+        deletes that could find nothing are skipped (each is an index probe)."""
         entry_id, key = row[0], row[2]
-        if key is not None:
+        if key is not None and holder in (_UNKNOWN, _OTHER):
             conn.execute(
                 "DELETE FROM memory_entries WHERE namespace = ? AND key = ? AND entry_id != ?",
                 (namespace, key, entry_id),
             )
-        conn.execute(
-            "DELETE FROM memory_entries WHERE entry_id = ? AND namespace != ?",
-            (entry_id, namespace),
-        )
+        # Entry ids are unique over every namespace: the row holding this key is this entry,
+        # so it is in this namespace and in no other.
+        if holder != _THIS:
+            conn.execute(
+                "DELETE FROM memory_entries WHERE entry_id = ? AND namespace != ?",
+                (entry_id, namespace),
+            )
         conn.execute(
             f"INSERT INTO memory_entries (namespace, {_COLUMNS}) "
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
@@ -340,14 +356,16 @@ class SqliteTable:
         expected_version: int | None,
         now: float,
     ) -> bool:
-        found = conn.execute(
-            f"SELECT version FROM memory_entries WHERE namespace = ? AND key = ? AND {_LIVE}",
-            (namespace, row[2], now),
-        ).fetchone()
-        won = (None if found is None else found[0]) == expected_version
+        found = conn.execute(_HOLDER, (now, row[0], namespace, row[2])).fetchone()
+        if found is None:
+            current, holder = None, _ABSENT
+        else:
+            current = found[0] if found[1] else None
+            holder = _THIS if found[2] else _OTHER
+        won = current == expected_version
         if won:
-            self._upsert(conn, namespace, row)
-        return bool(won)
+            self._upsert(conn, namespace, row, holder)
+        return won
 
     def load(self, namespace: str, now: float) -> list[Row]:
         """Unexpired rows of a namespace, in insertion order.
