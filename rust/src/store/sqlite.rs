@@ -1190,6 +1190,32 @@ mod tests {
     }
 
     #[test]
+    fn save_if_skips_only_the_deletes_that_find_nothing() {
+        let t = memory();
+        // No holder: the entry's copy in another namespace still leaves it.
+        assert!(t.save_if("a", &versioned("1", "k", 1), None, 0.0).unwrap());
+        assert!(t.save_if("b", &versioned("1", "j", 1), None, 0.0).unwrap());
+        assert!(t.load("a", 0.0).unwrap().is_empty());
+        // The entry is its own holder: updated in place, before a later row.
+        assert!(t.save_if("b", &versioned("2", "m", 1), None, 0.0).unwrap());
+        assert!(t
+            .save_if("b", &versioned("1", "j", 2), Some(1), 0.0)
+            .unwrap());
+        assert_eq!(
+            t.load("b", 0.0).unwrap(),
+            [versioned("1", "j", 2), versioned("2", "m", 1)]
+        );
+        // Another holder, expired: counts as none and still leaves.
+        let expiring = Row {
+            expires_at: Some(5.0),
+            ..versioned("3", "e", 1)
+        };
+        assert!(t.save_if("b", &expiring, None, 0.0).unwrap());
+        assert!(t.save_if("b", &versioned("4", "e", 1), None, 9.0).unwrap());
+        assert_eq!(ids(&t.load("b", 0.0).unwrap()), ["1", "2", "4"]);
+    }
+
+    #[test]
     fn load_range_is_key_ordered_half_open_and_indexed() {
         let t = memory();
         for (id, key) in [
