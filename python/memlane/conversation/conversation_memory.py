@@ -31,6 +31,7 @@ from memlane._runner import (
     Step,
     Summarizer,
     async_method,
+    describe,
     run_sync,
     sync_method,
 )
@@ -60,11 +61,9 @@ from memlane.conversation.turn_plans import (
     NewTurn,
     add_turn_now,
     add_turn_plan,
-    check_messages,
-    check_metadata,
+    checked_turn,
     transcript_plan,
 )
-from memlane.messages import message_classes
 from memlane.stores._base import read_only_error
 from memlane.stores.memory import InMemoryStore
 from memlane.stores.protocol import MemoryStore
@@ -267,52 +266,49 @@ class ConversationMemory:
             ValueError: A pinned turn the pins could not hold within the budget.
             UnstorableValueError: ``metadata`` cannot be persisted (nothing is stored).
         """
-        # Validated and counted here, before the plan takes the lock: counting is the costly
-        # part of a turn, and a bad argument fails before anything is stored. Each check is
-        # inline where it passes (every turn's path); the full one names what failed.
-        conversations = self._conversations
-        cid = conversation_id
-        if type(cid) is not str or not cid or "\x00" in cid:
-            cid = check_cid(cid)
-        prompt = user_prompt if type(user_prompt) is str else check_str(user_prompt, "user_prompt")
-        response = (
-            assistant_response
-            if type(assistant_response) is str
-            else check_str(assistant_response, "assistant_response")
+        new = checked_turn(
+            self, conversation_id, user_prompt, assistant_response, raw_messages, metadata, pinned
         )
-        messages: list[ModelMessage] | None = None
-        if type(raw_messages) is list and message_classes().issuperset(map(type, raw_messages)):
-            # memlane's own list (the caller may reuse theirs); an empty one is what code
-            # written for the older design passes for "none"
-            messages = list(raw_messages) if raw_messages else None
-        elif raw_messages is not None and not (
-            isinstance(raw_messages, list | tuple) and not raw_messages
-        ):
-            messages = check_messages(raw_messages)
-        if metadata is None and pinned is False:
-            meta = None
-        else:
-            meta = check_metadata(metadata, persistent=conversations.persistent)
-            if pinned is not False and check_flag(pinned, "pinned"):  # checked only when given
-                meta = {**(meta or {}), "pinned": True}
-        pinned = meta is not None and meta.get("pinned") is True
-        tokens = self._reads.counter.count_turn(prompt, response, messages)
-        new = NewTurn(cid, prompt, response, messages, meta, tokens)
-        if conversations.read_only:
-            raise read_only_error(self.store)
-        if conversations.is_the_store and not self._summaries.follows_turn and not pinned:
-            turn = add_turn_now(conversations, new)
+        return self._turn_step(new, None)
+
+    def _add_turn_blocking(
+        self,
+        conversation_id: str,
+        user_prompt: str,
+        assistant_response: str,
+        raw_messages: list[ModelMessage] | None = None,
+        *,
+        metadata: dict[str, Any] | None = None,
+        pinned: bool = False,
+    ) -> ConversationTurn:
+        # The plan's, run with blocking store calls: where nothing follows the turn, its one
+        # write runs at once (add_turn_now), which only a blocking caller may do.
+        new = checked_turn(
+            self, conversation_id, user_prompt, assistant_response, raw_messages, metadata, pinned
+        )
+        store = self.store
+        return run_sync(self._turn_step(new, store), store, self._summaries.summarizer)
+
+    def _turn_step(self, new: NewTurn, store: Any) -> Step[ConversationTurn]:
+        """The turn added at once if it can be (``store``: blocking calls of it allowed),
+        else the plan that adds it."""
+        pinned = new.metadata is not None and new.metadata.get("pinned") is True
+        step: Step[ConversationTurn]
+        if not self._summaries.follows_turn and not pinned:
+            turn = add_turn_now(self._conversations, self._summaries, new, store)
             if turn is not None:
-                step: Step[ConversationTurn] = Done(turn)
-                return step if self._transcripts is None else self._transcripts.recorded(cid, step)
-        step = add_turn_plan(conversations, self._summaries, new)
+                step = Done(turn)
+                return (
+                    step if self._transcripts is None else self._transcripts.recorded(new.cid, step)
+                )
+        step = add_turn_plan(self._conversations, self._summaries, new)
         # Only once the turn is committed does it get a searchable copy (off the turn's path).
-        return step if self._transcripts is None else self._transcripts.recorded(cid, step)
+        return step if self._transcripts is None else self._transcripts.recorded(new.cid, step)
 
     # A turn may be summarised before add_turn returns, or in a job it starts.
-    add_turn = sync_method(_add_turn, summarizer=_summarizer_of)
+    add_turn = describe(_add_turn_blocking, _add_turn, sync=True)
     async_add_turn = async_method(_add_turn, summarizer=_summarizer_of)
-    del _add_turn
+    del _add_turn, _add_turn_blocking
 
     # ------------------------------------------------------------------ summaries and pins
 

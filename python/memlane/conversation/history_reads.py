@@ -11,7 +11,7 @@ import inspect
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from memlane._runner import Plan, async_method, describe, run_sync
+from memlane._runner import Plan, describe
 from memlane.conversation.conversation_cache import ConversationCache, check_cid
 from memlane.conversation.conversation_state import ConversationState
 from memlane.conversation.turn_plans import TurnCounter
@@ -58,15 +58,27 @@ class HistoryReads:
 
         Reads are the hot path of an agent host. Where the cached state is the conversation
         (:attr:`ConversationCache.is_the_store`), the plan's only step is ``read(state)``
-        under the lock: it runs here, without the runner. Elsewhere the plan runs.
+        under the lock: it runs here. Elsewhere the plan's steps, all store calls, run here
+        too (:meth:`ConversationCache.read_now`), without the runner.
         """
         conversations = self.conversations
-        if not conversations.is_the_store:
-            return run_sync(self.plan(conversation_id, read), store)
         cid = conversation_id
         if type(cid) is not str or not cid or "\x00" in cid:  # the check, inline when it passes
             check_cid(cid)
+        if not conversations.is_the_store:
+            return conversations.read_now(store, cid, lambda state: read(self, state))
         with conversations.locks[cid]:
+            return read(self, conversations.states.get(cid))
+
+    async def async_now(self, store: Any, conversation_id: str, read: Read[T]) -> T:
+        """:meth:`now` with the store's calls awaited (:meth:`ConversationCache.async_read_now`)."""
+        conversations = self.conversations
+        cid = conversation_id
+        if type(cid) is not str or not cid or "\x00" in cid:  # the check, inline when it passes
+            check_cid(cid)
+        if not conversations.is_the_store:
+            return await conversations.async_read_now(store, cid, lambda state: read(self, state))
+        async with conversations.locks[cid]:
             return read(self, conversations.states.get(cid))
 
     def short_term_view(self, state: ConversationState) -> tuple[list[ModelMessage], int]:
@@ -133,6 +145,10 @@ def reader_methods(
         reads: HistoryReads = self._reads
         return reads.now(self.store, conversation_id, read)
 
+    async def async_method_(self: Any, conversation_id: str) -> T:
+        reads: HistoryReads = self._reads
+        return await reads.async_now(self.store, conversation_id, read)
+
     plan.__name__ = f"_{name}"
     plan.__qualname__ = f"{owner}._{name}"
     plan.__doc__ = read.__doc__
@@ -145,4 +161,4 @@ def reader_methods(
         ],
         return_annotation=f"Plan[{inspect.signature(read).return_annotation}]",
     )
-    return describe(method, plan, sync=True), async_method(plan)
+    return describe(method, plan, sync=True), describe(async_method_, plan, sync=False)

@@ -25,8 +25,9 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from pydantic_core import to_json
 
 from memlane._ops import LoadRange, SaveIf, SaveIfAbsent, SaveMany
-from memlane._runner import Plan
-from memlane.conversation.conversation_cache import ConversationCache
+from memlane._runner import Plan, run_now
+from memlane._validate import check_str
+from memlane.conversation.conversation_cache import ConversationCache, check_cid
 from memlane.conversation.conversation_log import (
     LOG_STOP,
     TRANSCRIPT_PREFIX,
@@ -40,7 +41,8 @@ from memlane.conversation.conversation_state import ConversationState, pinned_re
 from memlane.conversation.rolling_summary import RollingSummaries
 from memlane.conversation.snapshot import ParsedSnapshot
 from memlane.conversation.summary_controls import check_pin_room
-from memlane.messages import message_texts
+from memlane.messages import message_classes, message_texts
+from memlane.stores._base import read_only_error
 from memlane.stores.protocol import dumps_json
 from memlane.tokens import TokenEstimator
 from memlane.types import (
@@ -134,6 +136,61 @@ def check_metadata(metadata: object, *, persistent: bool) -> dict[str, Any] | No
     return metadata
 
 
+def checked_turn(
+    memory: Any,
+    conversation_id: object,
+    user_prompt: object,
+    assistant_response: object,
+    raw_messages: object,
+    metadata: object,
+    pinned: object,
+) -> NewTurn:
+    """``add_turn``'s arguments checked, and the turn counted, for ``memory`` (a
+    :class:`~memlane.ConversationMemory`).
+
+    Raises:
+        TypeError: An argument of the wrong type.
+        UnstorableValueError: ``metadata`` a persistent store could not keep.
+        ReadOnlyStoreError: The memory's store was opened read-only.
+    """
+    # Validated and counted here, before the plan takes the lock: counting is the costly
+    # part of a turn, and a bad argument fails before anything is stored. Each check is
+    # inline where it passes (every turn's path); the full one names what failed.
+    conversations: ConversationCache = memory._conversations
+    cid = conversation_id
+    if type(cid) is not str or not cid or "\x00" in cid:
+        cid = check_cid(cid)
+    prompt = user_prompt if type(user_prompt) is str else check_str(user_prompt, "user_prompt")
+    response = (
+        assistant_response
+        if type(assistant_response) is str
+        else check_str(assistant_response, "assistant_response")
+    )
+    messages: list[ModelMessage] | None = None
+    if type(raw_messages) is list and message_classes().issuperset(map(type, raw_messages)):
+        # memlane's own list (the caller may reuse theirs); an empty one is what code
+        # written for the older design passes for "none"
+        messages = list(raw_messages) if raw_messages else None
+    elif raw_messages is not None and not (
+        isinstance(raw_messages, list | tuple) and not raw_messages
+    ):
+        messages = check_messages(raw_messages)
+    if metadata is None and pinned is False:
+        meta = None
+    else:
+        meta = check_metadata(metadata, persistent=conversations.persistent)
+        if pinned is not False:  # checked only when given
+            if not isinstance(pinned, bool):
+                raise TypeError(f"pinned must be bool, not {type(pinned).__name__}")
+            if pinned:
+                meta = {**(meta or {}), "pinned": True}
+    counter: TurnCounter = memory._reads.counter
+    tokens = counter.count_turn(prompt, response, messages)
+    if conversations.read_only:
+        raise read_only_error(memory.store)
+    return NewTurn(cid, prompt, response, messages, meta, tokens)
+
+
 def add_turn_plan(
     conversations: ConversationCache, summaries: RollingSummaries, new: NewTurn
 ) -> Plan[ConversationTurn]:
@@ -146,50 +203,71 @@ def add_turn_plan(
     # when another host did, the write's answer is what it missed.
     state = yield from conversations.coherent_plan(cid, create=True, catch_up=False)
     assert state is not None
-    pinned = new.metadata is not None and new.metadata.get("pinned") is True
-    if pinned:
+    if new.metadata is not None and new.metadata.get("pinned") is True:
         check_pin_room(summaries, state, cid, "the new turn", new.tokens)
-    stored: bytes | None = None
     if conversations.persistent:
-        ns = namespace(cid)
-        entry_id = new_entry_id()
-        while True:
-            turn = next_turn(state, new)
-            entry = turn_entry(turn, entry_id, state.head)
-            won, missed = yield SaveIfAbsent(ns, entry, LOG_STOP)
-            if won:
-                break
-            # Another host took this slot: apply what it wrote, then take the next one.
-            caught_up = yield from conversations.apply_plan(cid, state, missed, create=True)
-            assert caught_up is not None
-            state = caught_up
-            if pinned:  # another host's pins count too
-                check_pin_room(summaries, state, cid, "the new turn", new.tokens)
-        state.head += 1
-        if new.messages is not None:  # kept once it leaves the window, instead of frozen
-            content = entry.content
-            stored = content.messages if type(content) is TurnJson else None
-            if stored is None:
-                stored = to_json(content["raw_messages"])
+        state, turn = yield from _append_plan(conversations, summaries, state, new)
     else:
         turn = next_turn(state, new)
-        entry_id = ""
-    state.append(turn, entry_id, default_messages=new.messages is None, stored=stored)
+        state.append(turn, "", default_messages=new.messages is None)
     yield from conversations.touch_plan(cid, state)
     yield from summaries.after_turn_plan(cid, state)
     return turn
 
 
-def add_turn_now(conversations: ConversationCache, new: NewTurn) -> ConversationTurn | None:
-    """What :func:`add_turn_plan` does, done at once where it is pure bookkeeping; ``None``
-    when it is not, and the plan must run.
+def _append_plan(
+    conversations: ConversationCache,
+    summaries: RollingSummaries,
+    state: ConversationState,
+    new: NewTurn,
+) -> Plan[tuple[ConversationState, ConversationTurn]]:
+    """Writes the turn at the head of a persistent store's log and appends it to ``state``
+    (or to the state it becomes after catching up with what other hosts wrote first): the
+    turn's store operations, nothing else, so :func:`add_turn_now` runs them at once too.
+    A pinned turn's room is checked by the caller first, and here again after a catch-up."""
+    cid = new.cid
+    pinned = new.metadata is not None and new.metadata.get("pinned") is True
+    ns = namespace(cid)
+    entry_id = new_entry_id()
+    while True:
+        turn = next_turn(state, new)
+        entry = turn_entry(turn, entry_id, state.head)
+        won, missed = yield SaveIfAbsent(ns, entry, LOG_STOP)
+        if won:
+            break
+        # Another host took this slot: apply what it wrote, then take the next one.
+        caught_up = yield from conversations.apply_plan(cid, state, missed, create=True)
+        assert caught_up is not None
+        state = caught_up
+        if pinned:  # another host's pins count too
+            check_pin_room(summaries, state, cid, "the new turn", new.tokens)
+    state.head += 1
+    stored: bytes | None = None
+    if new.messages is not None:  # kept once it leaves the window, instead of frozen
+        content = entry.content
+        stored = content.messages if type(content) is TurnJson else None
+        if stored is None:
+            stored = to_json(content["raw_messages"])
+    state.append(turn, entry_id, default_messages=new.messages is None, stored=stored)
+    return state, turn
 
-    Where the cached states are the conversations (:attr:`ConversationCache.is_the_store`)
-    and nothing follows a turn (the caller checks: no summaries, no extraction), the plan's
-    store calls are none and its lock is free unless another caller holds the
-    conversation. The append is the plan's own step (:func:`next_turn`,
-    ``state.append``); skipping the runner's machinery is what the hot path of an in-memory
-    host gains.
+
+def add_turn_now(
+    conversations: ConversationCache,
+    summaries: RollingSummaries,
+    new: NewTurn,
+    store: Any = None,
+) -> ConversationTurn | None:
+    """What :func:`add_turn_plan` does, done at once where nothing follows the turn;
+    ``None`` when the plan must run.
+
+    The caller checks that nothing follows a turn (no summaries, no extraction) and that the
+    turn is not pinned. Where the cached states are the conversations
+    (:attr:`ConversationCache.is_the_store`) the plan's store calls are none: the append is
+    the plan's own step (:func:`next_turn`, ``state.append``). On a persistent store without
+    a ttl, given ``store`` to call blocking (a sync caller's), the plan's one step is the
+    append's write (:func:`_append_plan`), run here. Either way it needs the conversation
+    cached and its lock free; the runner's machinery is what a host's hot path gains.
     """
     lock = conversations.locks[new.cid]
     if not lock.try_acquire():
@@ -199,11 +277,18 @@ def add_turn_now(conversations: ConversationCache, new: NewTurn) -> Conversation
         state = conversations.states.get(new.cid)
         if state is None:
             return None
-        turn = next_turn(state, new)
-        state.append(turn, "", default_messages=new.messages is None)
+        if conversations.is_the_store:
+            turn = next_turn(state, new)
+            state.append(turn, "", default_messages=new.messages is None)
+            return turn
+        if store is None or not conversations.persistent or conversations.expires:
+            return None
+        if state.expires_at is not None:  # another host's ttl: the plan handles expiry
+            return None
+        conversations.states.move_to_end(new.cid)
+        return run_now(_append_plan(conversations, summaries, state, new), store).value[1]
     finally:
         lock.release()
-    return turn
 
 
 def next_turn(state: ConversationState, new: NewTurn) -> ConversationTurn:
