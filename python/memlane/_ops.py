@@ -244,6 +244,11 @@ class SaveIf(StoreOp[bool]):
 
     def run(self, store: MemoryStore) -> bool:
         """``store.save_if`` (a read then a save, one process only, for a store without it)."""
+        # Every remember's write: the store's own method called directly when it has one.
+        save_if = getattr(store, "save_if", None)
+        if save_if is not None:
+            won: bool = save_if(self.namespace, self.entry, self.expected_version)
+            return won
         return fallbacks.save_if(store, self.namespace, self.entry, self.expected_version)
 
     async def run_async(self, store: MemoryStore) -> bool:
