@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 from memlane._locks import HybridLock, LockTable
 from memlane._ops import Clear, Delete, Load, LoadByKey, LoadRange, Namespaces, Save, SaveIf
-from memlane._runner import Plan, Release, run_async, run_now
+from memlane._runner import Plan, Release
 from memlane._validate import check_identifier
 from memlane.conversation.background_jobs import BackgroundJobs
 from memlane.conversation.conversation_budget import BUDGET_KEY, ConversationBudget, entry_budget
@@ -363,62 +363,6 @@ class ConversationCache:
         yield from self.locked(cid)
         state = yield from self.coherent_plan(cid, create=False)
         return read(state)
-
-    def read_now(self, store: Any, cid: str, read: Callable[[ConversationState | None], T]) -> T:
-        """:meth:`read_plan` run at once with blocking calls of ``store`` (``cid`` checked).
-
-        Reading a history is the other half of every agent turn: this is the plan's lock, its
-        catch-up read and ``read(state)`` without the runner's generators. A cached state
-        that cannot expire asks the store for the log past its head directly (the plan's one
-        read when nothing changed); anything else runs :meth:`coherent_plan`, whose steps are
-        store operations only.
-        """
-        locks = self.locks
-        lock = locks[cid]
-        lock.acquire()
-        try:
-            while locks.get(cid) is not lock:  # dropped while this caller queued (see locked)
-                lock.release()
-                lock = locks[cid]
-                lock.acquire()
-            state = self.states.get(cid)
-            if state is not None and state.expires_at is None and self.persistent:
-                self.states.move_to_end(cid)
-                events = LoadRange(namespace(cid), log_key(state.head), LOG_STOP).run(store)
-                if events:
-                    state = run_now(self.apply_plan(cid, state, events, create=False), store).value
-            else:
-                state = run_now(self.coherent_plan(cid, create=False), store).value
-            return read(state)
-        finally:
-            lock.release()
-
-    async def async_read_now(
-        self, store: Any, cid: str, read: Callable[[ConversationState | None], T]
-    ) -> T:
-        """:meth:`read_now` with the store's calls awaited: the async history read's twin."""
-        locks = self.locks
-        lock = locks[cid]
-        await lock.async_acquire()
-        try:
-            while locks.get(cid) is not lock:  # dropped while this caller queued (see locked)
-                lock.release()
-                lock = locks[cid]
-                await lock.async_acquire()
-            state = self.states.get(cid)
-            if state is not None and state.expires_at is None and self.persistent:
-                self.states.move_to_end(cid)
-                ns, start = namespace(cid), log_key(state.head)
-                events = await LoadRange(ns, start, LOG_STOP).run_async(store)
-                if events:
-                    state = await run_async(
-                        self.apply_plan(cid, state, events, create=False), store
-                    )
-            else:
-                state = await run_async(self.coherent_plan(cid, create=False), store)
-            return read(state)
-        finally:
-            lock.release()
 
     def existing_plan(self, cid: str) -> Plan[ConversationState]:
         """The state of a conversation that must exist."""

@@ -269,7 +269,7 @@ class ConversationMemory:
         new = checked_turn(
             self, conversation_id, user_prompt, assistant_response, raw_messages, metadata, pinned
         )
-        return self._turn_step(new, None)
+        return _turn_step(self, new, None)
 
     def _add_turn_blocking(
         self,
@@ -287,23 +287,7 @@ class ConversationMemory:
             self, conversation_id, user_prompt, assistant_response, raw_messages, metadata, pinned
         )
         store = self.store
-        return run_sync(self._turn_step(new, store), store, self._summaries.summarizer)
-
-    def _turn_step(self, new: NewTurn, store: Any) -> Step[ConversationTurn]:
-        """The turn added at once if it can be (``store``: blocking calls of it allowed),
-        else the plan that adds it."""
-        pinned = new.metadata is not None and new.metadata.get("pinned") is True
-        step: Step[ConversationTurn]
-        if not self._summaries.follows_turn and not pinned:
-            turn = add_turn_now(self._conversations, self._summaries, new, store)
-            if turn is not None:
-                step = Done(turn)
-                return (
-                    step if self._transcripts is None else self._transcripts.recorded(new.cid, step)
-                )
-        step = add_turn_plan(self._conversations, self._summaries, new)
-        # Only once the turn is committed does it get a searchable copy (off the turn's path).
-        return step if self._transcripts is None else self._transcripts.recorded(new.cid, step)
+        return run_sync(_turn_step(self, new, store), store, self._summaries.summarizer)
 
     # A turn may be summarised before add_turn returns, or in a job it starts.
     add_turn = describe(_add_turn_blocking, _add_turn, sync=True)
@@ -492,3 +476,19 @@ class ConversationMemory:
     async def async_close(self) -> None:
         """Async :meth:`close`."""
         await self.async_flush()
+
+
+def _turn_step(memory: ConversationMemory, new: NewTurn, store: Any) -> Step[ConversationTurn]:
+    """The turn added at once if it can be (``store``: blocking calls of it allowed), else
+    the plan that adds it; recorded for transcript search either way."""
+    summaries, transcripts = memory._summaries, memory._transcripts
+    pinned = new.metadata is not None and new.metadata.get("pinned") is True
+    step: Step[ConversationTurn] | None = None
+    if not summaries.follows_turn and not pinned:
+        turn = add_turn_now(memory._conversations, summaries, new, store)
+        if turn is not None:
+            step = Done(turn)
+    if step is None:
+        step = add_turn_plan(memory._conversations, summaries, new)
+    # Only once the turn is committed does it get a searchable copy (off the turn's path).
+    return step if transcripts is None else transcripts.recorded(new.cid, step)

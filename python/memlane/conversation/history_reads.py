@@ -11,8 +11,10 @@ import inspect
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from memlane._runner import Plan, describe
+from memlane._ops import LoadRange
+from memlane._runner import Plan, describe, run_async, run_now
 from memlane.conversation.conversation_cache import ConversationCache, check_cid
+from memlane.conversation.conversation_log import LOG_STOP, log_key, namespace
 from memlane.conversation.conversation_state import ConversationState
 from memlane.conversation.turn_plans import TurnCounter
 from memlane.types import ConversationTurn
@@ -59,25 +61,25 @@ class HistoryReads:
         Reads are the hot path of an agent host. Where the cached state is the conversation
         (:attr:`ConversationCache.is_the_store`), the plan's only step is ``read(state)``
         under the lock: it runs here. Elsewhere the plan's steps, all store calls, run here
-        too (:meth:`ConversationCache.read_now`), without the runner.
+        too (:func:`read_now`), without the runner.
         """
         conversations = self.conversations
         cid = conversation_id
         if type(cid) is not str or not cid or "\x00" in cid:  # the check, inline when it passes
             check_cid(cid)
         if not conversations.is_the_store:
-            return conversations.read_now(store, cid, lambda state: read(self, state))
+            return read_now(conversations, store, cid, lambda state: read(self, state))
         with conversations.locks[cid]:
             return read(self, conversations.states.get(cid))
 
     async def async_now(self, store: Any, conversation_id: str, read: Read[T]) -> T:
-        """:meth:`now` with the store's calls awaited (:meth:`ConversationCache.async_read_now`)."""
+        """:meth:`now` with the store's calls awaited (:func:`async_read_now`)."""
         conversations = self.conversations
         cid = conversation_id
         if type(cid) is not str or not cid or "\x00" in cid:  # the check, inline when it passes
             check_cid(cid)
         if not conversations.is_the_store:
-            return await conversations.async_read_now(store, cid, lambda state: read(self, state))
+            return await async_read_now(conversations, store, cid, lambda state: read(self, state))
         async with conversations.locks[cid]:
             return read(self, conversations.states.get(cid))
 
@@ -86,6 +88,77 @@ class HistoryReads:
         from memlane.conversation.applied_strategies import short_term_view
 
         return short_term_view(self.short_term, state, self.counter.count_messages)
+
+
+def read_now(
+    conversations: ConversationCache,
+    store: Any,
+    cid: str,
+    read: Callable[[ConversationState | None], T],
+) -> T:
+    """:meth:`ConversationCache.read_plan` run at once with blocking calls of ``store``
+    (``cid`` checked).
+
+    Reading a history is the other half of every agent turn: this is the plan's lock, its
+    catch-up read and ``read(state)`` without the runner's generators. A cached state that
+    cannot expire asks the store for the log past its head directly (the plan's one read when
+    nothing changed); anything else runs :meth:`ConversationCache.coherent_plan`, whose steps
+    are store operations only.
+    """
+    locks = conversations.locks
+    lock = locks[cid]
+    lock.acquire()
+    try:
+        while (
+            locks.get(cid) is not lock
+        ):  # dropped while this caller queued (ConversationCache.locked)
+            lock.release()
+            lock = locks[cid]
+            lock.acquire()
+        state = conversations.states.get(cid)
+        if state is not None and state.expires_at is None and conversations.persistent:
+            conversations.states.move_to_end(cid)
+            events = LoadRange(namespace(cid), log_key(state.head), LOG_STOP).run(store)
+            if events:
+                caught_up = conversations.apply_plan(cid, state, events, create=False)
+                state = run_now(caught_up, store).value
+        else:
+            state = run_now(conversations.coherent_plan(cid, create=False), store).value
+        return read(state)
+    finally:
+        lock.release()
+
+
+async def async_read_now(
+    conversations: ConversationCache,
+    store: Any,
+    cid: str,
+    read: Callable[[ConversationState | None], T],
+) -> T:
+    """:func:`read_now` with the store's calls awaited: the async history read's twin."""
+    locks = conversations.locks
+    lock = locks[cid]
+    await lock.async_acquire()
+    try:
+        while (
+            locks.get(cid) is not lock
+        ):  # dropped while this caller queued (ConversationCache.locked)
+            lock.release()
+            lock = locks[cid]
+            await lock.async_acquire()
+        state = conversations.states.get(cid)
+        if state is not None and state.expires_at is None and conversations.persistent:
+            conversations.states.move_to_end(cid)
+            ns, start = namespace(cid), log_key(state.head)
+            events = await LoadRange(ns, start, LOG_STOP).run_async(store)
+            if events:
+                caught_up = conversations.apply_plan(cid, state, events, create=False)
+                state = await run_async(caught_up, store)
+        else:
+            state = await run_async(conversations.coherent_plan(cid, create=False), store)
+        return read(state)
+    finally:
+        lock.release()
 
 
 def get_message_history(reads: HistoryReads, state: ConversationState | None) -> list[ModelMessage]:
