@@ -180,6 +180,25 @@ class TestSearchSignature:
             await run(memory, "search", way, QUESTION, mode=bad)
         assert repr(bad) in str(raised.value)
 
+    @pytest.mark.parametrize("way", MODES)
+    @pytest.mark.parametrize("limit", [2**63, 2**64, 10**30])
+    async def test_a_limit_past_any_size_gives_everything_found(
+        self, impl: _backend.Implementation, local: EmbeddingModel, way: str, limit: int
+    ) -> None:
+        # ``limit`` is "at most", however large: past a 64-bit integer (which the Rust index
+        # and PostgreSQL cannot take) it still means every record found, on both paths.
+        memory = facts_memory(local)
+        query = "Ada coffee cat invoice server"
+        for mode in ("keyword", "semantic", "hybrid"):
+            hits = await run(memory, "search", way, query, user_id="ada", mode=mode, limit=limit)
+            assert {fact.key for fact in hits} == {"coffee", "pet", "invoice", "server"}
+        talk = ConversationMemory(embedder=local)
+        talk.add_turn("trip", "I moved to Lisbon last spring", "Nice!")
+        talk.flush()
+        found = await run(talk, "search_transcripts", way, "Lisbon", limit=limit)
+        assert [(match.conversation_id, match.turn_id) for match in found] == [("trip", 0)]
+        talk.close()
+
     def test_identifiers_rank_their_own_record_first(self, local: EmbeddingModel) -> None:
         memory = facts_memory(local)
         assert memory.search("INV-48213", user_id="ada", limit=1)[0].key == "invoice"

@@ -49,7 +49,14 @@ from memlane import _backend
 from memlane._pure import memory_table as pure_memory_table
 from memlane._runner import MissingVectors, SaveVectors, VectorSearch
 from memlane.errors import CorruptStoreError, ReadOnlyStoreError
-from memlane.stores import EntryVector, FileStore, InMemoryStore, SQLiteStore, VectorStore
+from memlane.stores import (
+    EntryVector,
+    FileStore,
+    InMemoryStore,
+    SearchableStore,
+    SQLiteStore,
+    VectorStore,
+)
 from memlane.stores.file import namespace_filename
 from memlane.stores.protocol import SEARCH_TEXT
 from memlane.stores.vectors import (
@@ -289,6 +296,26 @@ class VectorStoreContract:
         assert contents(both) == ["low", "far"]
         assert await search(["nowhere"], [1, 0], model=MODEL) == []
         assert await search([], [1, 0], model=MODEL) == []
+
+    @pytest.mark.parametrize("limit", [2**63 - 1, 2**63, 2**64, 10**30])
+    async def test_a_limit_past_any_store_size_means_all(self, vstore: Made, limit: int) -> None:
+        # A limit is "at most": one no store could reach (past a 64-bit integer, which
+        # PostgreSQL and the Rust index cannot take) asks for every hit, on every store.
+        store = as_vectors(vstore)
+        a, b = doc("coffee black"), doc("coffee green")
+        await put(store, "ns", a, b)
+        await store.async_save_vectors("ns", MODEL, [vec(a, 1, 0)])
+        found = store.vector_search(["ns"], [1, 0], model=MODEL, limit=limit)
+        assert contents(found) == ["coffee black"]
+        found = await store.async_vector_search(["ns"], [1, 0], model=MODEL, limit=limit)
+        assert contents(found) == ["coffee black"]
+        assert store.missing_vectors(["ns"], MODEL, limit=limit) == [b]
+        assert await store.async_missing_vectors(["ns"], MODEL, limit=limit) == [b]
+        assert isinstance(store, SearchableStore)
+        words = store.search(["ns"], "coffee", limit=limit)
+        assert sorted(contents(words)) == ["coffee black", "coffee green"]
+        words = await store.async_search(["ns"], "coffee", limit=limit)
+        assert sorted(contents(words)) == ["coffee black", "coffee green"]
 
     async def test_ties_go_to_importance_then_insertion(self, vstore: Made) -> None:
         store = as_vectors(vstore)

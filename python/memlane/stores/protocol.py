@@ -401,7 +401,9 @@ def check_search(
         raise TypeError(f"min_importance must be a number, not {type_name(min_importance)}")
     if not 0.0 <= min_importance <= 1.0:
         raise ValueError(f"min_importance must be between 0.0 and 1.0, got {min_importance!r}")
-    return names, terms, limit, float(min_importance)
+    # A limit past any store's size means every hit: capped at what PostgreSQL's LIMIT and
+    # the Rust index take (64-bit), where 2**64 was an error there and all hits elsewhere.
+    return names, terms, min(limit, 2**63 - 1), float(min_importance)
 
 
 # ---------------------------------------------------------------------------- arguments
