@@ -11,6 +11,7 @@ ran.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
@@ -104,6 +105,27 @@ class Failing(WrapperEmbeddingModel):
         if input_type == "document":
             raise ConnectionError("the embedding provider is down")
         return await super().embed(inputs, input_type=input_type, settings=settings)
+
+
+class Blind(WrapperEmbeddingModel):
+    """The local model, giving texts that hold "blank" no direction (the zero vector)."""
+
+    def __init__(self) -> None:
+        super().__init__(local_embedding_model())
+
+    async def embed(
+        self,
+        inputs: str | Sequence[str],
+        *,
+        input_type: EmbedInputType,
+        settings: EmbeddingSettings | None = None,
+    ) -> EmbeddingResult:
+        result = await super().embed(inputs, input_type=input_type, settings=settings)
+        rows = [
+            [0.0] * len(row) if "blank" in text else row
+            for text, row in zip(result.inputs, result.embeddings, strict=True)
+        ]
+        return dataclasses.replace(result, embeddings=rows)
 
 
 @pytest.fixture(params=VECTOR_STORES)
@@ -334,6 +356,22 @@ class TestFlushAndReembed:
         found = await call(way, memory, "search", "coffee", user_id="ada", mode="semantic")
         assert keys(found)[0] == "coffee_order"
         assert await call(way, memory, "reembed") == 0
+
+    async def test_texts_without_a_direction_do_not_stop_the_rest(
+        self, store: Any, way: str
+    ) -> None:
+        # The oldest records are ones the model gives no direction: they are listed as
+        # missing again and again, and must not hide the records after them from a batch.
+        plain = LongTermMemory(store)
+        for key in ("first", "second", "third"):
+            plain.remember(key, "blank", scope="user", scope_id="ada")
+        plain.remember_many(PREFERENCES, scope="user", scope_id="ada")
+        memory = LongTermMemory(store, embedder=Blind())
+        embedded = await call(way, memory, "reembed", batch_size=2)
+        assert embedded == len(PREFERENCES)
+        assert await call(way, memory, "reembed", batch_size=2) == 0
+        found = await call(way, memory, "search", "hot drink", user_id="ada", mode="semantic")
+        assert keys(found)[0] == "coffee_order"
 
     async def test_vectors_of_another_model_are_never_compared(self, store: Any) -> None:
         local = LongTermMemory(store, embedder="local")

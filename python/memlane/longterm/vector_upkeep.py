@@ -102,15 +102,20 @@ class VectorUpkeep(StoragePart):
         done = 0
         for name in record_namespaces((yield Namespaces())):
             # A record the model gives no direction (or whose text changes under us, over and
-            # over) would come back forever: each (id, text) is tried once per call.
+            # over) would come back forever: each (id, text) is tried once per call. Those
+            # stay missing, oldest first, so the store is asked for as many more as are stuck
+            # so: otherwise a batch of them would hide every record after them.
             tried: set[tuple[str, str]] = set()
+            stuck = 0
             while True:
-                missing: list[MemoryEntry] = yield MissingVectors([name], writer.model, batch_size)
+                missing: list[MemoryEntry] = yield MissingVectors(
+                    [name], writer.model, batch_size + stuck
+                )
                 fresh = [
                     (e, e.metadata[SEARCH_TEXT])
                     for e in missing
                     if (e.entry_id, text_digest(e.metadata[SEARCH_TEXT])) not in tried
-                ]
+                ][:batch_size]
                 if not fresh:
                     break
                 texts = [text for _, text in fresh]
@@ -123,8 +128,10 @@ class VectorUpkeep(StoragePart):
                     tried.add((entry.entry_id, text_digest(text)))
                     if vector is not None:
                         batch.append(EntryVector(entry.entry_id, text_digest(text), vector))
-                if batch:
-                    done += yield SaveVectors(name, writer.model, batch)
+                attached = (yield SaveVectors(name, writer.model, batch)) if batch else 0
+                stuck += len(fresh) - attached
+                if attached:
+                    done += attached
                     if progress is not None:
                         progress(done)
         return done
