@@ -166,3 +166,37 @@ class TestProgress:
             store.missing_vectors([knowledge_namespace("kb")], embedder_id(local), limit=10) == []
         )
         store.close()
+
+
+class BlankBlind(LocalEmbeddingModel):
+    """The local model, giving texts that hold "blank" no direction (the zero vector)."""
+
+    def encode(self, texts: Any) -> Any:
+        rows = super().encode(texts)
+        for i, text in enumerate(texts):
+            if "blank" in text:
+                rows[i] = 0.0
+        return rows
+
+
+class TestRecordsWithoutADirection:
+    """Records the model gives no direction stay missing; they never hide the rest."""
+
+    def test_a_round_of_them_does_not_stop_the_command(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        # A round of listed records that all stay missing (the oldest ones) once ended the
+        # whole namespace; a round of 2 shows it without writing 10,000 records.
+        monkeypatch.setattr("memlane.cli.reembed._ROUND", 2)
+        store = SQLiteStore(tmp_path / "s.sqlite3")
+        older = TranscriptSearch(store, Embedder(OtherModel()))
+        prompts = ["blank", "blank again", "blank once more", "I fly to Lisbon.", "My cat naps."]
+        for turn_id, prompt in enumerate(prompts):
+            turn = ConversationTurn(turn_id=turn_id, user_prompt=prompt, assistant_response="")
+            older.submit("chat", turn)
+            older.flush()
+        older.close()
+        embedder = Embedder(BlankBlind())
+        assert reembed_conversations(store, embedder, batch_size=2) == 2
+        assert reembed_conversations(store, embedder, batch_size=2) == 0
+        store.close()

@@ -60,8 +60,9 @@ def reembed_conversations(
     attached = 0
     for name in sorted(n for n in store.namespaces() if n.startswith(CONVERSATION_PREFIXES)):
         settled: set[str] = set()  # a record the store keeps listing is tried once
+        stuck = 0  # tried and still missing: listed first (oldest first), so asked past
         while True:
-            listed = store.missing_vectors([name], model, limit=_ROUND)
+            listed = store.missing_vectors([name], model, limit=_ROUND + stuck)
             todo = [entry for entry in listed if entry.entry_id not in settled]
             if not todo:
                 break
@@ -76,8 +77,9 @@ def reembed_conversations(
                     if vector is not None
                 ]
                 settled.update(entry.entry_id for entry in batch)
-                if made:
-                    saved = store.save_vectors(name, model, made)
+                saved = store.save_vectors(name, model, made) if made else 0
+                stuck += len(batch) - saved
+                if saved:
                     attached += saved
                     advance(saved)
     return attached
