@@ -9,11 +9,12 @@ implementations, with WordLlama's offline model.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic_ai.embeddings import Embedder
 from pydantic_ai.messages import ModelMessage, ModelResponse, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
@@ -28,6 +29,7 @@ from memlane.conversation.knowledge import (
     knowledge_plan,
 )
 from memlane.embeddings import embedder_id, resolve_embedder
+from memlane.embeddings.local import LocalEmbeddingModel
 from memlane.strategies import KnowledgeBases, SummarizerStrategy
 from store_kinds import Made, open_store
 from test_database_stores import initialized
@@ -137,6 +139,36 @@ class TestEmbeddedOnceOnRead:
             knowledge_plan(made.store, kb, "relocated to Portugal?", embedder), made.store
         )
         assert text == f"{KNOWLEDGE_HEADER}\n- Carla moved to Lisbon last spring."
+
+    def test_chunks_without_a_direction_do_not_hide_the_rest(self, made: Made) -> None:
+        # A round (1000) of the oldest chunks stays missing: the model gives them no vector.
+        # The chunk after them is embedded all the same, once.
+        kb = strategy()
+        where = knowledge_namespace("kb")
+        at = datetime.now(UTC)
+        blank = [
+            chunk
+            for i in range(1000)
+            for chunk in knowledge_entries(kb, f"b{i}", 3, f"blank {i}", at, len)
+        ]
+        run_sync(SaveMany(where, blank), made.store)
+        late = knowledge_entries(kb, "c", 3, SUMMARIES[0], at + timedelta(seconds=1), len)
+        run_sync(SaveMany(where, late), made.store)
+        blind = Embedder(BlankBlind())
+        model = embedder_id(blind)
+        assert run_sync(catch_up_plan(made.store, blind, model, where), made.store) == 1
+        assert len(run_sync(MissingVectors([where], model, limit=2000), made.store)) == 1000
+
+
+class BlankBlind(LocalEmbeddingModel):
+    """The local model, giving texts that hold "blank" no direction (the zero vector)."""
+
+    def encode(self, texts: Any) -> Any:
+        rows = super().encode(texts)
+        for i, text in enumerate(texts):
+            if "blank" in text:
+                rows[i] = 0.0
+        return rows
 
 
 @pytest.fixture(params=VECTOR_KINDS)

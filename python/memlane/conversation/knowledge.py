@@ -106,14 +106,17 @@ def catch_up_plan(store: Any, embedder: Embedder, model: str, where: str) -> Pla
 
     Asks the store in rounds of at most 1000 until none is missing; a chunk the model gives
     no direction (no vector) or whose text changed meanwhile (the store refuses the vector)
-    is left out, and counted as done for this search so a round never repeats forever.
+    is left out, and counted as done for this search so a round never repeats forever. Those
+    stay missing, listed first, so each round asks past them.
     """
     from memlane.embeddings import async_embed_documents, embed_documents
 
     attached = 0
     tried: set[str] = set()
     while True:
-        missing: list[MemoryEntry] = yield MissingVectors([where], model, limit=1000)
+        missing: list[MemoryEntry] = yield MissingVectors(
+            [where], model, limit=1000 + len(tried) - attached
+        )
         todo = [e for e in missing if e.entry_id not in tried]
         if not todo:
             return attached
