@@ -4,7 +4,8 @@ Module functions: they need no state. :class:`~memlane.longterm.facts.Facts` pub
 methods after checking the arguments; users (merging two people's facts) and forgetting a
 person call them directly.
 
-* :func:`remember_plan` — ``remember`` without the argument checks.
+* :func:`remember_plan` — ``remember`` without the argument checks; :func:`remember_now`, the
+  same steps (:func:`remember_attempt`) run at once on a store in process memory.
 * :func:`delete_fact_plan` — ``forget`` without them.
 * :func:`find_fact_plan` — ``get_fact`` from the visible scopes.
 * :func:`scope_facts_plan` — every fact of one scope id.
@@ -17,7 +18,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator
-from datetime import datetime
+from datetime import UTC, datetime
 from functools import partial
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -33,7 +34,7 @@ from memlane.longterm.fact_model import (
     render_plain,
     render_value,
 )
-from memlane.longterm.fact_reads import FindFact, HeldFact, LoadFact, read_fact
+from memlane.longterm.fact_reads import FindFact, HeldFact, LoadFact, read_fact, read_held
 from memlane.longterm.fact_scopes import fact_namespace
 from memlane.longterm.value_checks import plain_copy
 from memlane.stores.protocol import SEARCH_TEXT, next_version
@@ -42,12 +43,11 @@ from memlane.types import (
     MemoryEntry,
     MemoryScope,
     construct_unchecked,
-    new_entry,
-    utc_now,
 )
 
 if TYPE_CHECKING:
     from memlane.longterm.storage import Storage
+    from memlane.stores.in_memory import InMemoryStore
 
 __all__ = [
     "DEDUPE_CANDIDATES",
@@ -59,6 +59,8 @@ __all__ = [
     "new_entry_id",
     "plain_copy",
     "read_fact",
+    "remember_attempt",
+    "remember_now",
     "remember_plan",
     "scope_facts_plan",
 ]
@@ -129,20 +131,32 @@ def fact_entry(fact: Fact, entry_id: str | None = None, version: int = 0) -> Mem
     entry rather than a copy carrying that version.
     """
     # The confidence is the entry's importance, so a store's search filters and ranks by it.
-    return new_entry(
-        entry_id=new_entry_id() if entry_id is None else entry_id,
-        scope=MemoryScope.LONG_TERM,
-        key=fact.key,
-        content=fact_json(fact),
-        # Checked JSON (one string), so a store's save does not walk it again.
-        metadata=CheckedJson({SEARCH_TEXT: f"{fact.key} {render_plain(fact.value)}"}),
-        # Every writer stamps the fact's updated_at with the moment it writes it, which is
-        # the entry's creation: one clock reading, not two.
-        created_at=fact.updated_at,
-        expires_at=None,
-        importance=fact.confidence,
-        version=version,
+    # new_entry's body, with the values in a literal rather than passed by keyword: every
+    # remember builds one.
+    values = fact.__dict__
+    key = values["key"]
+    return construct_unchecked(
+        MemoryEntry,
+        {
+            "entry_id": new_entry_id() if entry_id is None else entry_id,
+            "scope": MemoryScope.LONG_TERM,
+            "key": key,
+            "content": fact_json(fact),
+            # Checked JSON (one string), so a store's save does not walk it again.
+            "metadata": CheckedJson({SEARCH_TEXT: f"{key} {render_plain(values['value'])}"}),
+            # Every writer stamps the fact's updated_at with the moment it writes it, which is
+            # the entry's creation: one clock reading, not two.
+            "created_at": values["updated_at"],
+            "expires_at": None,
+            "importance": values["confidence"],
+            "version": version,
+        },
+        _ENTRY_FIELDS,
     )
+
+
+_ENTRY_FIELDS = frozenset(MemoryEntry.model_fields)
+"""Every field of an entry: :func:`fact_entry` gives them all (as ``new_entry`` marks them)."""
 
 
 def fact_json(fact: Fact) -> CheckedJson:
@@ -194,6 +208,10 @@ def _updated(old: Fact, changes: dict[str, Any]) -> Fact:
     )
 
 
+_now = datetime.now
+_FIRST_VERSION = next_version(None)
+"""The version a new fact's entry is stored at."""
+
 _NEW_FACT_FIELDS = frozenset(
     ("key", "value", "fact_type", "scope", "scope_id", "confidence", "created_at", "updated_at")
 )
@@ -212,65 +230,106 @@ def remember_plan(
     """``remember`` with arguments already checked (``value`` plain JSON, lists not tuples).
 
     Keeps no cached preferences in step: a caller that changes a ``user_preference`` fact
-    refreshes them (users do, after merging facts). The compare-and-swap retry loop is here.
+    refreshes them (users do, after merging facts). The compare-and-swap retry loop is here;
+    each turn of it is :func:`remember_attempt`, which :func:`remember_now` runs too.
     """
     where = fact_namespace(scope, scope_id)
     while True:
         held: HeldFact | None = yield LoadFact(where, key)
-        now = utc_now()
-        if held is None:
-            # Built without validation: the caller checked every argument, and utc_now is
-            # aware UTC (a test holds this equal to Fact(...)).
-            fact = construct_unchecked(
-                Fact,
-                {
-                    "key": key,
-                    "value": value,
-                    "fact_type": fact_type,
-                    "scope": scope,
-                    "scope_id": scope_id,
-                    "confidence": confidence,
-                    "times_confirmed": 0,
-                    "times_contradicted": 0,
-                    "created_at": now,
-                    "updated_at": now,
-                    "history": [],
-                },
-                _NEW_FACT_FIELDS,
-            )
-            if (yield SaveIf(where, fact_entry(fact, version=next_version(None)), None)):
-                return _result("created", fact)
-            continue
-        old = held.fact
-        status: Literal["confirmed", "updated"]
-        if _same_value(old.value, value):
-            status = "confirmed"
-            fact = _updated(
-                old,
-                {
-                    "times_confirmed": old.times_confirmed + 1,
-                    "confidence": max(old.confidence, confidence),
-                    "updated_at": now,
-                },
-            )
-        elif not overwrite:
-            return _result("skipped", old)
-        else:
-            status = "updated"
-            revision = FactRevision(value=old.value, replaced_at=now)
-            fact = _updated(
-                old,
-                {
-                    "value": value,
-                    "times_confirmed": old.times_confirmed + 1,
-                    "confidence": confidence,
-                    "updated_at": now,
-                    "history": [*old.history, revision],
-                },
-            )
-        new = fact_entry(fact, held.entry_id, next_version(held.version))
-        if (yield SaveIf(where, new, held.version)):
-            return _result(status, fact)
+        result, entry = remember_attempt(
+            held, key, value, scope, scope_id, fact_type, confidence, overwrite
+        )
+        if entry is None or (yield SaveIf(where, entry, None if held is None else held.version)):
+            return result
+
+
+def remember_now(
+    store: InMemoryStore,
+    key: str,
+    value: Any,
+    scope: FactScope,
+    scope_id: str | None,
+    fact_type: FactType,
+    confidence: float,
+    overwrite: bool,
+) -> RememberResult:
+    """:func:`remember_plan` run at once on a store in process memory, whose calls cannot
+    block: its loop with ``LoadFact``'s read and ``SaveIf``'s write called directly, each
+    turn the same :func:`remember_attempt`. No generator, no operation objects: they were
+    an eighth of an in-memory ``remember``."""
+    where = fact_namespace(scope, scope_id)
+    while True:
+        held = read_held(store, where, key)
+        result, entry = remember_attempt(
+            held, key, value, scope, scope_id, fact_type, confidence, overwrite
+        )
+        if entry is None or store.save_if(where, entry, None if held is None else held.version):
+            return result
+
+
+def remember_attempt(
+    held: HeldFact | None,
+    key: str,
+    value: Any,
+    scope: FactScope,
+    scope_id: str | None,
+    fact_type: FactType,
+    confidence: float,
+    overwrite: bool,
+) -> tuple[RememberResult, MemoryEntry | None]:
+    """One turn of ``remember``'s compare-and-swap, given what the key holds (``held``,
+    read just before): the result if the write wins, and the entry to write against
+    ``held``'s version (``None``: nothing to write, the result stands — ``skipped``)."""
+    now = _now(UTC)  # utc_now, inlined
+    if held is None:
+        # Built without validation: the caller checked every argument, and utc_now is
+        # aware UTC (a test holds this equal to Fact(...)).
+        fact = construct_unchecked(
+            Fact,
+            {
+                "key": key,
+                "value": value,
+                "fact_type": fact_type,
+                "scope": scope,
+                "scope_id": scope_id,
+                "confidence": confidence,
+                "times_confirmed": 0,
+                "times_contradicted": 0,
+                "created_at": now,
+                "updated_at": now,
+                "history": [],
+            },
+            _NEW_FACT_FIELDS,
+        )
+        return _result("created", fact), fact_entry(fact, version=_FIRST_VERSION)
+    old = held.fact
+    status: Literal["confirmed", "updated"]
+    if _same_value(old.value, value):
+        status = "confirmed"
+        fact = _updated(
+            old,
+            {
+                "times_confirmed": old.times_confirmed + 1,
+                "confidence": max(old.confidence, confidence),
+                "updated_at": now,
+            },
+        )
+    elif not overwrite:
+        return _result("skipped", old), None
+    else:
+        status = "updated"
+        revision = FactRevision(value=old.value, replaced_at=now)
+        fact = _updated(
+            old,
+            {
+                "value": value,
+                "times_confirmed": old.times_confirmed + 1,
+                "confidence": confidence,
+                "updated_at": now,
+                "history": [*old.history, revision],
+            },
+        )
+    return _result(status, fact), fact_entry(fact, held.entry_id, next_version(held.version))
 
 
 def _result(

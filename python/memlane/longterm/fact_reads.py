@@ -53,6 +53,7 @@ __all__ = [
     "find_fact",
     "inline_store",
     "read_fact",
+    "read_held",
     "visible_fact",
 ]
 
@@ -181,8 +182,8 @@ def inline_store(store: object) -> bool:
     return type(store) is InMemoryStore
 
 
-def _read(store: MemoryStore, where: str, key: str) -> HeldFact | None:
-    """:class:`LoadFact` with the store's blocking methods."""
+def read_held(store: MemoryStore, where: str, key: str) -> HeldFact | None:
+    """:class:`LoadFact` with the store's blocking methods (its ``run``)."""
     if type(store) is InMemoryStore:
         entry = store.load_by_key(where, key)
         return None if entry is None else _held(entry, where, in_memory=True)
@@ -262,7 +263,7 @@ def find_fact(store: MemoryStore, namespaces: tuple[str, ...], key: str) -> Fact
     """The fact ``key`` of the first of ``namespaces`` holding it, or ``None``, read with the
     store's blocking methods (:class:`FindFact`'s ``run``)."""
     if type(store) is InMemoryStore:
-        # _read's in-memory branch and decoded_fact's hit, inlined: every get_fact in
+        # read_held's in-memory branch and decoded_fact's hit, inlined: every get_fact in
         # process memory runs them.
         for where in namespaces:
             entry = store.load_by_key(where, key)
@@ -286,12 +287,12 @@ def find_fact(store: MemoryStore, namespaces: tuple[str, ...], key: str) -> Fact
             held = _from_text(found)
             if held is not None:
                 return held.fact
-            # Not a fact's text: the long way, whose errors are today's (as _read).
+            # Not a fact's text: the long way, whose errors are today's (as read_held).
             entry = store.load_by_key(where, key)
             if entry is not None:
                 return read_fact(entry, where)
             continue
-        held = _read(store, where, key)
+        held = read_held(store, where, key)
         if held is not None:
             return held.fact
     return None
@@ -309,7 +310,7 @@ class LoadFact(StoreOp["HeldFact | None"]):
 
     def run(self, store: MemoryStore) -> HeldFact | None:
         """Reads with the store's blocking methods."""
-        return _read(store, self.namespace, self.key)
+        return read_held(store, self.namespace, self.key)
 
     async def run_async(self, store: MemoryStore) -> HeldFact | None:
         """Reads with the store's ``async_`` methods."""

@@ -23,6 +23,7 @@ re-exported here.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -36,7 +37,6 @@ from memlane._runner import (
     Step,
     async_method,
     describe,
-    run_now,
     sync_method,
 )
 from memlane._validate import check_fraction, type_name
@@ -48,10 +48,11 @@ from memlane.longterm.fact_plans import (
     near_duplicate_plan,
     plain_copy,
     read_fact,
+    remember_now,
     remember_plan,
     scope_facts_plan,
 )
-from memlane.longterm.fact_reads import FindFact, inline_store, visible_fact
+from memlane.longterm.fact_reads import FindFact, visible_fact
 from memlane.longterm.fact_scopes import (
     FACTS_PREFIX,
     MEMORY_TYPES,
@@ -67,9 +68,11 @@ from memlane.longterm.storage import (
     Storage,
     StoragePart,
     async_writing_method,
+    run_written,
     writing_method,
 )
 from memlane.longterm.value_checks import check_enum, check_json_value, checked_copy
+from memlane.stores.in_memory import InMemoryStore
 from memlane.stores.protocol import next_version
 from memlane.types import MemoryEntry, utc_now
 
@@ -173,13 +176,59 @@ class Facts(StoragePart):
                 ``scope_id``, or ``dedupe`` without an embedder (names ``embedder``).
                 Nothing is written.
         """
+        return self._remember_step(
+            key, value, scope, scope_id, fact_type, confidence, overwrite, dedupe
+        )
+
+    def _remember_now(
+        self,
+        key: str,
+        value: Any,
+        *,
+        scope: FactScope | str = "global",
+        scope_id: str | None = None,
+        fact_type: FactType | str = "world_knowledge",
+        confidence: float = 0.8,
+        overwrite: bool = True,
+        dedupe: float | None = None,
+    ) -> RememberResult:
+        # _remember's step made and run here, its arguments passed on by position (as
+        # get_fact): the plan method's keyword call was a tenth of an in-memory remember. A
+        # test holds the defaults equal to _remember's.
+        return run_written(
+            self._remember_step(
+                key, value, scope, scope_id, fact_type, confidence, overwrite, dedupe
+            ),
+            self._storage,
+        )
+
+    def _remember_step(
+        self,
+        key: str,
+        value: Any,
+        scope: FactScope | str,
+        scope_id: str | None,
+        fact_type: FactType | str,
+        confidence: float,
+        overwrite: bool,
+        dedupe: float | None,
+    ) -> Step[RememberResult]:
+        """``remember``'s checks, then its write: done at once in process memory without an
+        embedder (a :class:`~memlane._runner.Done`), else the plan."""
         if type(key) is not str or not key or "\x00" in key:  # check_key's pass, inlined
             key = check_key(key)
         value = checked_copy(value, "value")
-        checked_scope, checked_id = check_scope(scope, scope_id)
-        kind = check_enum(fact_type, FactType, "fact_type")
-        confidence = check_fraction(confidence, "confidence")
-        if not isinstance(overwrite, bool):
+        if (
+            (type(scope) is str or type(scope) is FactScope)
+            and (scope_id is None or type(scope_id) is str)
+            and (type(fact_type) is str or type(fact_type) is FactType)
+        ):
+            checked_scope, checked_id, kind = _cached_settings(scope, scope_id, fact_type)
+        else:
+            checked_scope, checked_id, kind = _settings(scope, scope_id, fact_type)
+        if type(confidence) is not float or not 0.0 <= confidence <= 1.0:  # its pass, inlined
+            confidence = check_fraction(confidence, "confidence")
+        if type(overwrite) is not bool:
             raise TypeError(f"overwrite must be bool, not {type(overwrite).__name__}")
         if dedupe is not None:
             dedupe = check_fraction(dedupe, "dedupe")
@@ -195,15 +244,18 @@ class Facts(StoragePart):
             return self._deduped_plan(
                 key, value, checked_scope, checked_id, kind, confidence, overwrite, dedupe
             )
-        plan = remember_plan(key, value, checked_scope, checked_id, kind, confidence, overwrite)
-        store = self._storage.store
-        if self._storage.writer is None and inline_store(store):
+        storage = self._storage
+        store = storage.store
+        if type(store) is InMemoryStore and storage.writer is None:
             # In process memory nothing can block and, without an embedder, nothing is
-            # embedded: the same plan runs here, without the runner.
-            result = run_now(plan, store).value
+            # embedded: the plan's steps run here, without the runner (inline_store's test).
+            result = remember_now(
+                store, key, value, checked_scope, checked_id, kind, confidence, overwrite
+            )
             if self._changes_preferences(result, checked_scope):
                 return self._preferences_then(result, checked_scope, checked_id)
             return Done(result)
+        plan = remember_plan(key, value, checked_scope, checked_id, kind, confidence, overwrite)
         return self._remember_then(plan, checked_scope, checked_id)
 
     def _deduped_plan(
@@ -246,7 +298,8 @@ class Facts(StoragePart):
             and self._users is not None
         )
 
-    remember = writing_method(_remember)
+    remember = describe(_remember_now, _remember, sync=True)
+    del _remember_now
     async_remember = async_writing_method(_remember)
 
     def _remember_many(
@@ -463,6 +516,20 @@ class Facts(StoragePart):
 
     facts = sync_method(_facts)
     async_facts = async_method(_facts)
+
+
+def _settings(
+    scope: object, scope_id: object, fact_type: object
+) -> tuple[FactScope, str | None, FactType]:
+    """``remember``'s scope, scope id and fact type, checked (errors name the argument)."""
+    checked_scope, checked_id = check_scope(scope, scope_id)
+    return checked_scope, checked_id, check_enum(fact_type, FactType, "fact_type")
+
+
+# Every remember checks these, and most pass the same few: the answers for hashable values of
+# the exact types (str, FactScope, FactType, None) are kept; an error is raised, never kept.
+# "user" and FactScope.USER are one key (equal, same hash) with one answer, as check_scope's.
+_cached_settings = functools.lru_cache(maxsize=4096)(_settings)
 
 
 def _pairs(facts: object) -> list[tuple[str, Any]]:

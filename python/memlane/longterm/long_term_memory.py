@@ -46,8 +46,7 @@ from memlane.stores import InMemoryStore, MemoryStore
 if TYPE_CHECKING:
     from pydantic_ai.embeddings import Embedder
 
-    from memlane._runner import Step
-    from memlane.longterm.fact_model import Fact
+    from memlane.longterm.fact_model import Fact, FactScope, FactType, RememberResult
     from memlane.longterm.storage import EmbedderLike
 
 __all__ = ["LongTermMemory"]
@@ -64,21 +63,6 @@ def _forward(
 
     def forwarded(self: LongTermMemory, /, *args: P.args, **kwargs: P.kwargs) -> T:
         return method(part(self), *args, **kwargs)
-
-    return _named(forwarded, method)
-
-
-def _forward_write(
-    part: Callable[[LongTermMemory], Part],
-    plan: Callable[Concatenate[Part, P], Step[T]],
-    method: Callable[Concatenate[Part, P], T],
-) -> Callable[Concatenate[LongTermMemory, P], T]:
-    """:func:`_forward` for a part's :func:`~memlane.longterm.storage.writing_method`
-    ``method``: the part's ``plan`` is made and run here, as that method runs it, one call
-    fewer on every write."""
-
-    def forwarded(self: LongTermMemory, /, *args: P.args, **kwargs: P.kwargs) -> T:
-        return run_written(plan(part(self), *args, **kwargs), self._storage)
 
     return _named(forwarded, method)
 
@@ -189,7 +173,29 @@ class LongTermMemory:
 
     # ------------------------------------------------------------------ facts
 
-    remember = _forward_write(_FACTS, Facts._remember, Facts.remember)
+    def _remember(
+        self,
+        key: str,
+        value: Any,
+        *,
+        scope: FactScope | str = "global",
+        scope_id: str | None = None,
+        fact_type: FactType | str = "world_knowledge",
+        confidence: float = 0.8,
+        overwrite: bool = True,
+        dedupe: float | None = None,
+    ) -> RememberResult:
+        # Facts.remember's body, not a call of it (as get_fact): a forwarding call with keyword
+        # arguments was a thirtieth of an in-memory remember. A test holds the defaults equal.
+        return run_written(
+            self._facts._remember_step(
+                key, value, scope, scope_id, fact_type, confidence, overwrite, dedupe
+            ),
+            self._storage,
+        )
+
+    remember = _named(_remember, Facts.remember)
+    del _remember
     async_remember = _forward_async(_FACTS, Facts.async_remember)
     remember_many = _forward(_FACTS, Facts.remember_many)
     async_remember_many = _forward_async(_FACTS, Facts.async_remember_many)

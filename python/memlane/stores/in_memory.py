@@ -123,7 +123,8 @@ class InMemoryStore(LocalStore):
         text = entry.metadata.get(SEARCH_TEXT)
         if not isinstance(text, str):
             text = None
-        expires_at = timestamp(entry.expires_at)
+        expiry = entry.expires_at  # timestamp's rule, inlined: most entries never expire
+        expires_at = None if expiry is None else expiry.timestamp()
         if text is None and not self._index:
             # Nothing is searchable, so the save cannot change the index: conversation turns
             # take this path, one table call as before the index existed.
