@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -192,12 +192,35 @@ _DATETIME: TypeAdapter[datetime] = TypeAdapter(datetime)
 
 
 def _iso(moment: datetime) -> str:
-    """pydantic's JSON form of an aware datetime: ISO 8601, ``Z`` for UTC."""
+    """pydantic's JSON form of an aware datetime: ISO 8601, ``Z`` for UTC.
+
+    A moment in UTC within the second the last one was in reuses that second's text:
+    ``isoformat`` was a twentieth of an in-memory ``remember``, and the facts written within
+    one second (every writer stamps them with the clock) share all but the microseconds.
+    """
+    global _last_second  # one tuple, replaced whole: threads never mix two seconds' parts
+    start, end, prefix = _last_second
+    if moment.tzinfo is UTC and start <= moment < end:
+        micro = moment.microsecond
+        # isoformat's rule: no fraction at all for a whole second.
+        return f"{prefix}.{micro:06d}Z" if micro else f"{prefix}Z"
     text = moment.isoformat()
     if text.endswith("+00:00"):
+        if moment.tzinfo is UTC and moment.year < _LAST_YEAR:  # its second's end exists
+            start = moment.replace(microsecond=0)
+            # "YYYY-MM-DDTHH:MM:SS": isoformat pads every field, the year to four digits.
+            _last_second = (start, start + _SECOND, text[:19])
         return text[:-6] + "Z"
     encoded: str = _DATETIME.dump_python(moment, mode="json")
     return encoded
+
+
+_SECOND = timedelta(seconds=1)
+_LATEST = datetime.max.replace(tzinfo=UTC)
+_LAST_YEAR = _LATEST.year
+_last_second: tuple[datetime, datetime, str] = (_LATEST, _LATEST, "")
+"""The second (UTC) of the last moment :func:`_iso` wrote, its end, and the text up to it;
+at first an empty range."""
 
 
 def _updated(old: Fact, changes: dict[str, Any]) -> Fact:
