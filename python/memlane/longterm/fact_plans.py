@@ -8,7 +8,7 @@ person call them directly.
   same steps (:func:`remember_attempt`) run at once on a store in process memory.
 * :func:`delete_fact_plan` — ``forget`` without them.
 * :func:`find_fact_plan` — ``get_fact`` from the visible scopes.
-* :func:`scope_facts_plan` — every fact of one scope id.
+* :func:`scope_facts_plan` — every fact of one scope id; :func:`listed_facts_plan`, of a scope.
 * :func:`near_duplicate_plan` — ``remember(..., dedupe=...)``'s look for a fact of the same
   scope whose value means the same.
 """
@@ -24,7 +24,16 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import TypeAdapter
 
-from memlane._runner import Call, Delete, Load, LoadByKey, Plan, SaveIf, VectorSearch
+from memlane._runner import (
+    Call,
+    Delete,
+    Load,
+    LoadByKey,
+    Namespaces,
+    Plan,
+    SaveIf,
+    VectorSearch,
+)
 from memlane.longterm.fact_model import (
     Fact,
     FactRevision,
@@ -35,7 +44,8 @@ from memlane.longterm.fact_model import (
     render_value,
 )
 from memlane.longterm.fact_reads import FindFact, HeldFact, LoadFact, read_fact, read_held
-from memlane.longterm.fact_scopes import fact_namespace
+from memlane.longterm.fact_scopes import FACTS_PREFIX, SCOPE_ORDER, fact_namespace
+from memlane.longterm.namespaces import parse_namespace
 from memlane.longterm.value_checks import plain_copy
 from memlane.stores.protocol import SEARCH_TEXT, next_version
 from memlane.types import (
@@ -55,6 +65,7 @@ __all__ = [
     "fact_entry",
     "fact_json",
     "find_fact_plan",
+    "listed_facts_plan",
     "near_duplicate_plan",
     "new_entry_id",
     "plain_copy",
@@ -389,6 +400,28 @@ def scope_facts_plan(scope: FactScope, scope_id: str | None) -> Plan[list[Fact]]
     where = fact_namespace(scope, scope_id)
     entries: list[MemoryEntry] = yield Load(where)
     return [read_fact(e, where) for e in entries if e.key is not None]
+
+
+def listed_facts_plan(wanted: FactScope | None) -> Plan[list[Fact]]:
+    """Every fact of every id of the scope ``wanted`` (``None``: of every scope), ordered by
+    scope (session, user, agent, global), then scope id, then creation."""
+    names: list[str] = yield Namespaces()
+    found: list[tuple[int, str, str]] = []
+    for name in names:
+        parts = parse_namespace(name)
+        if tuple(parts[:2]) != FACTS_PREFIX or len(parts) not in (3, 4):
+            continue
+        try:
+            kind = FactScope(parts[2])
+        except ValueError:
+            continue
+        if wanted is None or kind is wanted:
+            found.append((SCOPE_ORDER.index(kind), parts[3] if len(parts) == 4 else "", name))
+    facts: list[Fact] = []
+    for _, _, name in sorted(found):
+        entries: list[MemoryEntry] = yield Load(name)
+        facts.extend(read_fact(e, name) for e in entries if e.key is not None)
+    return facts
 
 
 def near_duplicate_plan(

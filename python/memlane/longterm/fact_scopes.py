@@ -7,19 +7,24 @@ records package, which lists facts without a memory.
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterable, Mapping
+from typing import Any
 
-from memlane._validate import check_identifier
-from memlane.longterm.fact_model import FactScope
+from memlane._validate import check_identifier, type_name
+from memlane.longterm.fact_model import FactScope, FactType
 from memlane.longterm.namespaces import namespace
-from memlane.longterm.value_checks import check_enum
+from memlane.longterm.value_checks import check_enum, check_json_value, plain_copy
 
 __all__ = [
     "FACTS_PREFIX",
     "MEMORY_TYPES",
     "SCOPE_ORDER",
+    "cached_settings",
     "check_ids",
     "check_key",
+    "check_pairs",
     "check_scope",
+    "check_settings",
     "fact_namespace",
     "visible_namespaces",
 ]
@@ -125,3 +130,34 @@ def _visible_namespaces(
 def check_key(key: object) -> str:
     """A fact's key: a non-empty ``str`` without NUL."""
     return check_identifier(key, "key")
+
+
+def check_settings(
+    scope: object, scope_id: object, fact_type: object
+) -> tuple[FactScope, str | None, FactType]:
+    """``remember``'s scope, scope id and fact type, checked (errors name the argument)."""
+    checked_scope, checked_id = check_scope(scope, scope_id)
+    return checked_scope, checked_id, check_enum(fact_type, FactType, "fact_type")
+
+
+# Every remember checks these, and most pass the same few: the answers for hashable values of
+# the exact types (str, FactScope, FactType, None; the caller makes sure) are kept; an error is
+# raised, never kept. "user" and FactScope.USER are one key (equal, same hash) with one
+# answer, as check_scope's.
+cached_settings = functools.lru_cache(maxsize=4096)(check_settings)
+
+
+def check_pairs(facts: object) -> list[tuple[str, Any]]:
+    """``remember_many``'s facts as checked ``(key, plain value)`` pairs."""
+    if isinstance(facts, Mapping):
+        items: Iterable[Any] = facts.items()
+    elif isinstance(facts, str | bytes) or not isinstance(facts, Iterable):
+        raise TypeError(f"facts must be a mapping or (key, value) pairs, not {type_name(facts)}")
+    else:
+        items = facts
+    pairs: list[tuple[str, Any]] = []
+    for item in items:
+        if not isinstance(item, tuple) or len(item) != 2:
+            raise TypeError(f"facts must hold (key, value) pairs, not {type_name(item)}")
+        pairs.append((check_key(item[0]), plain_copy(check_json_value(item[1], "value"))))
+    return pairs

@@ -23,15 +23,12 @@ re-exported here.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from memlane._runner import (
     Done,
-    Load,
     LoadByKey,
-    Namespaces,
     Plan,
     SaveIf,
     Step,
@@ -39,14 +36,14 @@ from memlane._runner import (
     describe,
     sync_method,
 )
-from memlane._validate import check_fraction, type_name
+from memlane._validate import check_fraction
 from memlane.longterm.fact_model import Fact, FactScope, FactType, RememberResult
 from memlane.longterm.fact_plans import (
     delete_fact_plan,
     fact_entry,
     find_fact_plan,
+    listed_facts_plan,
     near_duplicate_plan,
-    plain_copy,
     read_fact,
     remember_now,
     remember_plan,
@@ -54,16 +51,16 @@ from memlane.longterm.fact_plans import (
 )
 from memlane.longterm.fact_reads import FindFact, visible_fact
 from memlane.longterm.fact_scopes import (
-    FACTS_PREFIX,
     MEMORY_TYPES,
-    SCOPE_ORDER,
+    cached_settings,
     check_ids,
     check_key,
+    check_pairs,
     check_scope,
+    check_settings,
     fact_namespace,
     visible_namespaces,
 )
-from memlane.longterm.namespaces import parse_namespace
 from memlane.longterm.storage import (
     Storage,
     StoragePart,
@@ -71,7 +68,7 @@ from memlane.longterm.storage import (
     run_written,
     writing_method,
 )
-from memlane.longterm.value_checks import check_enum, check_json_value, checked_copy
+from memlane.longterm.value_checks import check_enum, checked_copy
 from memlane.stores.in_memory import InMemoryStore
 from memlane.stores.protocol import next_version
 from memlane.types import MemoryEntry, utc_now
@@ -193,7 +190,7 @@ class Facts(StoragePart):
         dedupe: float | None = None,
     ) -> RememberResult:
         # _remember's step made and run here, its arguments passed on by position (as
-        # get_fact): the plan method's keyword call was a tenth of an in-memory remember. A
+        # get_fact): the plan method's keyword call was a thirtieth of an in-memory remember. A
         # test holds the defaults equal to _remember's.
         return run_written(
             self._remember_step(
@@ -223,9 +220,9 @@ class Facts(StoragePart):
             and (scope_id is None or type(scope_id) is str)
             and (type(fact_type) is str or type(fact_type) is FactType)
         ):
-            checked_scope, checked_id, kind = _cached_settings(scope, scope_id, fact_type)
+            checked_scope, checked_id, kind = cached_settings(scope, scope_id, fact_type)
         else:
-            checked_scope, checked_id, kind = _settings(scope, scope_id, fact_type)
+            checked_scope, checked_id, kind = check_settings(scope, scope_id, fact_type)
         if type(confidence) is not float or not 0.0 <= confidence <= 1.0:  # its pass, inlined
             confidence = check_fraction(confidence, "confidence")
         if type(overwrite) is not bool:
@@ -334,7 +331,7 @@ class Facts(StoragePart):
             TypeError, ValueError: As ``remember``, for any fact or setting (the message
                 names it), or ``facts`` is neither a mapping nor pairs. Nothing is written.
         """
-        pairs = _pairs(facts)
+        pairs = check_pairs(facts)
         checked_scope, checked_id = check_scope(scope, scope_id)
         kind = check_enum(fact_type, FactType, "fact_type")
         confidence = check_fraction(confidence, "confidence")
@@ -496,53 +493,7 @@ class Facts(StoragePart):
                 checked, checked_id = check_scope(checked, scope_id)
                 return (yield from scope_facts_plan(checked, checked_id))
             wanted = checked
-        names: list[str] = yield Namespaces()
-        found: list[tuple[int, str, str]] = []
-        for name in names:
-            parts = parse_namespace(name)
-            if tuple(parts[:2]) != FACTS_PREFIX or len(parts) not in (3, 4):
-                continue
-            try:
-                kind = FactScope(parts[2])
-            except ValueError:
-                continue
-            if wanted is None or kind is wanted:
-                found.append((SCOPE_ORDER.index(kind), parts[3] if len(parts) == 4 else "", name))
-        facts: list[Fact] = []
-        for _, _, name in sorted(found):
-            entries: list[MemoryEntry] = yield Load(name)
-            facts.extend(read_fact(e, name) for e in entries if e.key is not None)
-        return facts
+        return (yield from listed_facts_plan(wanted))
 
     facts = sync_method(_facts)
     async_facts = async_method(_facts)
-
-
-def _settings(
-    scope: object, scope_id: object, fact_type: object
-) -> tuple[FactScope, str | None, FactType]:
-    """``remember``'s scope, scope id and fact type, checked (errors name the argument)."""
-    checked_scope, checked_id = check_scope(scope, scope_id)
-    return checked_scope, checked_id, check_enum(fact_type, FactType, "fact_type")
-
-
-# Every remember checks these, and most pass the same few: the answers for hashable values of
-# the exact types (str, FactScope, FactType, None) are kept; an error is raised, never kept.
-# "user" and FactScope.USER are one key (equal, same hash) with one answer, as check_scope's.
-_cached_settings = functools.lru_cache(maxsize=4096)(_settings)
-
-
-def _pairs(facts: object) -> list[tuple[str, Any]]:
-    """``remember_many``'s facts as checked ``(key, plain value)`` pairs."""
-    if isinstance(facts, Mapping):
-        items: Iterable[Any] = facts.items()
-    elif isinstance(facts, str | bytes) or not isinstance(facts, Iterable):
-        raise TypeError(f"facts must be a mapping or (key, value) pairs, not {type_name(facts)}")
-    else:
-        items = facts
-    pairs: list[tuple[str, Any]] = []
-    for item in items:
-        if not isinstance(item, tuple) or len(item) != 2:
-            raise TypeError(f"facts must hold (key, value) pairs, not {type_name(item)}")
-        pairs.append((check_key(item[0]), plain_copy(check_json_value(item[1], "value"))))
-    return pairs
