@@ -384,6 +384,35 @@ class TestDelete:
         )
         assert len(cli.json("facts")) == 4
 
+    @pytest.mark.parametrize(
+        ("kind", "option", "value"),
+        [
+            ("conversations", "--user", "Ada"),
+            ("procedures", "--agent", "travel"),
+            ("users", "--scope", "user"),
+            ("episodes", "--scope", "user"),
+        ],
+    )
+    def test_a_filter_the_kind_does_not_have_deletes_nothing(
+        self, cli: Cli, kind: str, option: str, value: str
+    ) -> None:
+        before = cli.json("stats")
+        code, out, err = cli("delete", kind, option, value, "--yes")
+        assert (code, out) == (1, "")
+        assert_error_line(err, f"delete {kind} cannot be filtered by {option}")
+        assert cli.json("stats") == before
+
+    @pytest.mark.parametrize("argv", [["facts"], ["working", "--scope", "agent:travel"]])
+    def test_an_empty_filter_is_a_usage_error(
+        self, cli: Cli, argv: list[str], capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        before = cli.json("stats")
+        with pytest.raises(SystemExit) as exited:
+            cli("delete", *argv, "--filter", "", "--yes")
+        assert exited.value.code == 2
+        assert "--filter: must not be empty" in capsys.readouterr().err
+        assert cli.json("stats") == before
+
     def test_unknown_and_malformed_ids(self, cli: Cli) -> None:
         code, out, err = cli("delete", "episodes", "nope", "--yes")
         assert code == 1

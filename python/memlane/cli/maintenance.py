@@ -15,6 +15,26 @@ __all__ = ["register"]
 
 _TOTALS = ("facts", "episodes", "procedures", "users", "conversations", "turns", "working")
 
+_OPTIONS = {"q": "--filter", "user": "--user", "agent": "--agent", "scope": "--scope"}
+# The filters each kind's listing applies. Another one would be ignored by the listing, and
+# a delete by filter would then take every record of the kind.
+_FILTERS = {
+    "facts": {"q", "user", "agent", "scope"},
+    "episodes": {"q", "user", "agent"},
+    "procedures": {"q"},
+    "users": {"q"},
+    "conversations": {"q"},
+    "working": {"q", "scope"},
+}
+
+
+def _filter_text(text: str) -> str:
+    """An ``argparse`` type: the text ``delete --filter`` looks for, never empty (an empty
+    text is in every record, so it would delete them all)."""
+    if not text:
+        raise argparse.ArgumentTypeError("must not be empty (use --all for every record)")
+    return text
+
 
 def stats(args: argparse.Namespace, out: Output) -> int:
     """Totals per kind of record, or counts and sizes per namespace (``--namespaces``)."""
@@ -106,9 +126,14 @@ def _rows(records: Records, args: argparse.Namespace) -> list[dict[str, Any]]:
 
 def delete(args: argparse.Namespace, out: Output) -> int:
     """Deletes records by id or by filter, after listing them and asking."""
-    filtered = any(
-        getattr(args, name, None) is not None for name in ("q", "user", "agent", "scope")
-    )
+    given = [name for name in _OPTIONS if getattr(args, name, None) is not None]
+    ignored = [_OPTIONS[name] for name in given if name not in _FILTERS[args.kind]]
+    if ignored:
+        raise CliError(
+            f"delete {args.kind} cannot be filtered by {', '.join(ignored)}; it takes "
+            f"{', '.join(_OPTIONS[name] for name in _OPTIONS if name in _FILTERS[args.kind])}"
+        )
+    filtered = bool(given)
     if args.kind == "working":
         if args.scope is None or (not args.ids and not args.all and args.q is None):
             raise CliError("delete working needs --scope SCOPE and the KEYs (or --all)")
@@ -247,7 +272,9 @@ def register(
         help=f"one of {', '.join([*KINDS, 'working'])}",
     )
     parser.add_argument("ids", nargs="*", metavar="ID", help="the records' ids (working: keys)")
-    parser.add_argument("--filter", dest="q", metavar="TEXT", help="every record containing TEXT")
+    parser.add_argument(
+        "--filter", dest="q", type=_filter_text, metavar="TEXT", help="every record containing TEXT"
+    )
     parser.add_argument(
         "--user",
         metavar="USER",
