@@ -19,6 +19,7 @@ from typing import Any
 
 import httpx
 import pytest
+import uvicorn
 
 from memlane import MemoryManager, SQLiteStore
 from memlane.cli import main
@@ -159,6 +160,34 @@ class TestServe:
         assert code == 1
         one_error_line(capsys.readouterr().err, str(missing), "no such file")
         assert not missing.exists()
+
+    @pytest.mark.parametrize(
+        "argv",
+        [
+            ["serve", "--token", "t" * 20],
+            ["purge-expired"],
+            ["delete", "facts", "--all", "--yes"],
+            ["facts", "set", "k", "v", "--scope", "global"],
+        ],
+        ids=" ".join,
+    )
+    def test_an_empty_file_is_no_store_either(
+        self,
+        argv: list[str],
+        tmp_path: Path,
+        capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch,
+    ) -> None:
+        def serving(*args: object, **kwargs: object) -> None:
+            raise AssertionError("memlane serve served an empty file")
+
+        monkeypatch.setattr(uvicorn.Server, "run", serving)
+        empty = tmp_path / "touched.sqlite3"
+        empty.touch()
+        assert main([*argv, "--store", f"sqlite:///{empty}"]) == 1
+        one_error_line(capsys.readouterr().err, str(empty), "empty file")
+        assert empty.read_bytes() == b""
+        assert [p.name for p in tmp_path.iterdir()] == [empty.name]
 
     @pytest.mark.parametrize("port", ["99999", "0", "http"])
     def test_a_bad_port_is_a_usage_error(

@@ -89,8 +89,8 @@ def open_manager(
     Args:
         args: The parsed command line (its ``store``).
         create: Create a missing SQLite file or store directory (``import``, ``serve
-            --create``); otherwise a missing one is an error, so a typo never inspects or
-            serves a new empty store.
+            --create``), or a store in an empty SQLite file; otherwise a missing one (or an
+            empty file) is an error, so a typo never inspects or serves a new empty store.
         read_only: Open the store read-only: nothing is created, migrated or written, and
             a file or database that is not a memlane store is refused, left as it was.
 
@@ -113,6 +113,15 @@ def open_manager(
             raise CliError(f"{where}: is a directory, not a database file")
         if settings.backend == "file" and target.exists() and not target.is_dir():
             raise CliError(f"{where}: is a file, not a directory")
+        if (
+            settings.backend == "sqlite"
+            and not (create or read_only)
+            and target.is_file()
+            and target.stat().st_size == 0
+        ):
+            # SQLite would take an empty file as an empty database and write memlane's
+            # tables into it: an empty file is a store that does not exist yet.
+            raise CliError(f"{where}: an empty file, not a memlane store; nothing was written")
         if not target.exists():
             if not create:
                 raise CliError(
