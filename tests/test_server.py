@@ -309,8 +309,13 @@ class TestToken:
         with TestClient(app, base_url="http://127.0.0.1:8765") as client:
             assert client.get(API + "facts/").json()["total"] == 6
             # A page elsewhere rebinding its name to 127.0.0.1 still sends that name.
-            rebound = client.get(API + "facts/", headers={"Host": "evil.example"})
-            assert rebound.status_code == 400
+            for host in ("evil.example", "evil.example:8765", "localhost.evil.example"):
+                rebound = client.get(API + "facts/", headers={"Host": host})
+                assert rebound.status_code == 400
+                assert host in rebound.json()["error"]  # JSON, like every other refusal
+                assert rebound.headers["X-Frame-Options"] == "DENY"
+            for host in ("localhost:8765", "[::1]:8765", "[::1]", "LOCALHOST"):
+                assert client.get(API + "facts/", headers={"Host": host}).status_code == 200
             body = {"ids": ["global:timezone"]}
             assert client.post(API + "facts/batch-delete/", json=body).status_code == 401
             response = client.post(API + "facts/batch-delete/", json=body, headers=AUTH)

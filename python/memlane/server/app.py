@@ -32,7 +32,6 @@ import anyio
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.middleware import Middleware
-from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
@@ -52,7 +51,13 @@ from memlane.server.inputs import (
     query_str,
 )
 from memlane.server.openapi import openapi_schema
-from memlane.server.security import COOKIE_NAME, SecurityHeaders, TokenCheck, redact_access_log
+from memlane.server.security import (
+    COOKIE_NAME,
+    LoopbackHosts,
+    SecurityHeaders,
+    TokenCheck,
+    redact_access_log,
+)
 from memlane.stores._network import NetworkStore
 
 __all__ = ["COOKIE_NAME", "DEFAULT_LIMIT", "MAX_LIMIT", "NETWORK_READ_THREADS", "create_app"]
@@ -64,7 +69,6 @@ MAX_LIMIT = 500
 NETWORK_READ_THREADS = 8
 """Reads at once on a database server's store: they wait on the network, not the GIL."""
 
-_LOOPBACK_NAMES = ["127.0.0.1", "localhost", "::1", "[::1]"]
 _STATIC = {
     "memories.html": "text/html; charset=utf-8",
     "memories-base.js": "text/javascript; charset=utf-8",
@@ -406,7 +410,7 @@ def create_app(
     if not auth:
         # Reads without a token are for this machine only: a page elsewhere that rebinds its
         # own host name to 127.0.0.1 still sends that name, and is refused.
-        middleware.insert(1, Middleware(TrustedHostMiddleware, allowed_hosts=_LOOPBACK_NAMES))
+        middleware.insert(1, Middleware(LoopbackHosts))
     app = Starlette(
         routes=routes,
         middleware=middleware,

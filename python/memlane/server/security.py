@@ -22,7 +22,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 __all__ = [
     "COOKIE_NAME",
     "CSP",
+    "LOOPBACK_HOSTS",
     "SECURITY_HEADERS",
+    "LoopbackHosts",
     "RedactTokenFilter",
     "SecurityHeaders",
     "TokenCheck",
@@ -52,6 +54,9 @@ PUBLIC_PATHS = frozenset(
     {"/memories-base.js", "/memories-views.js", "/memories.js", "/memories.css"}
 )
 """Served without the token: the page's own code, which holds no data."""
+
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
+"""The host names a request may give when reads need no token (``Host``, port aside)."""
 
 _SIGN_IN = (
     "<!doctype html><title>memlane · sign in</title><p>{reason} Open the address "
@@ -99,6 +104,45 @@ class SecurityHeaders:
                 {"error": "internal error; the server's log has the details"}, status_code=500
             )
             await response(scope, receive, send_with_headers)
+
+
+def _host_name(header: str) -> str:
+    """The name in a ``Host`` header, without its port or an IPv6 address's brackets."""
+    if header.startswith("["):
+        return header[1:].partition("]")[0].lower()
+    return header.rpartition(":")[0].lower() if header.count(":") == 1 else header.lower()
+
+
+class LoopbackHosts:
+    """Answers 400 (JSON, like every refusal) to a request whose ``Host`` is not loopback.
+
+    For an app whose reads need no token: a page elsewhere that rebinds its own host name
+    to 127.0.0.1 still sends that name, and is refused before it can read anything.
+
+    Args:
+        app: The application to guard.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Runs the application for a loopback ``Host``, else answers 400."""
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        header = HTTPConnection(scope).headers.get("host", "")
+        if _host_name(header) in LOOPBACK_HOSTS:
+            await self.app(scope, receive, send)
+            return
+        response = JSONResponse(
+            {
+                "error": f"the Host header must name this machine (127.0.0.1, localhost or "
+                f"[::1]) when reads need no token, got {header[:80]!r}"
+            },
+            status_code=400,
+        )
+        await response(scope, receive, send)
 
 
 class TokenCheck:
