@@ -20,6 +20,7 @@ from typing import Any
 import httpx
 import pytest
 import uvicorn
+from starlette.testclient import TestClient
 
 from memlane import MemoryManager, SQLiteStore
 from memlane.cli import main
@@ -188,6 +189,33 @@ class TestServe:
         one_error_line(capsys.readouterr().err, str(empty), "empty file")
         assert empty.read_bytes() == b""
         assert [p.name for p in tmp_path.iterdir()] == [empty.name]
+
+    @pytest.mark.parametrize("token", ["a&b=c#d+e f%20", "tökén/?;"])
+    def test_the_printed_url_signs_in_with_any_chosen_token(
+        self,
+        token: str,
+        store: tuple[str, Filled, Path],
+        capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch,
+    ) -> None:
+        served: list[Any] = []
+
+        def run(server: uvicorn.Server, sockets: list[socket.socket]) -> None:
+            served.append(server.config.app)
+
+        monkeypatch.setattr(uvicorn.Server, "run", run)
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        assert main(["serve", "--store", store[0], "--port", str(port), "--token", token]) == 0
+        printed = re.search(r"memlane serve: http://127\.0\.0\.1:\d+(\S+)", capsys.readouterr().err)
+        assert printed is not None
+        with TestClient(served[0], base_url=f"http://127.0.0.1:{port}") as client:
+            page = client.get(printed.group(1))
+            assert page.status_code == 200
+            # Signed in: the page itself needs the token, now from the cookie.
+            assert page.url.path == "/memories"
+            assert "<title>memlane · memories</title>" in page.text
 
     @pytest.mark.parametrize("port", ["99999", "0", "http"])
     def test_a_bad_port_is_a_usage_error(

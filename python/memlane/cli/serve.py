@@ -15,6 +15,7 @@ import os
 import secrets
 import socket
 import sys
+from urllib.parse import quote
 
 from memlane.cli.output import CliError, Output
 from memlane.cli.store import open_manager
@@ -99,7 +100,8 @@ def serve(args: argparse.Namespace, out: Output) -> int:
         _log_to_stderr("memlane.audit", "WARNING")
         shown = f"[{args.host}]" if ":" in args.host else args.host
         url = f"http://{shown}:{args.port}"
-        out.note(f"memlane serve: {url}/memories?token={token}")
+        # Quoted: a chosen token may hold "&", "#", "+" or spaces, which the URL would cut.
+        out.note(f"memlane serve: {url}/memories?token={quote(token, safe='')}")
         out.note(
             f"  API: {url}/api/v1/ (Authorization: Bearer {token}); schema: {url}/api/v1/openapi.json"
         )
