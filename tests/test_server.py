@@ -335,6 +335,9 @@ class TestBadInput:
         [
             ("facts/?limit=0", "limit must be between 1 and 500"),
             ("facts/?limit=abc", "limit must be an integer"),
+            ("facts/?limit=%C2%B2", "limit must be an integer"),
+            ("facts/?offset=--5", "offset must be an integer"),
+            ("facts/?offset=%D9%A3", "offset must be an integer"),
             ("facts/?limit=501", "limit must be between 1 and 500"),
             ("facts/?offset=-1", "offset must be >= 0"),
             ("facts/?scope=planet", "scope"),

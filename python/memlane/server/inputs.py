@@ -124,7 +124,8 @@ def query_int(request: Request, name: str, default: int, low: int, high: int | N
     raw = query_str(request, name)
     if raw is None:
         return default
-    if len(raw) > 20 or not raw.lstrip("-").isdigit():
+    # ASCII digits only: str.isdigit() also takes "²" and "٣", which int() refuses or reads.
+    if len(raw) > 20 or not raw.removeprefix("-").isascii() or not raw.removeprefix("-").isdigit():
         raise HTTPError(400, f"{name} must be an integer, got {raw[:40]!r}")
     value = int(raw)
     if value < low or (high is not None and value > high):
