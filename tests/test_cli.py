@@ -306,7 +306,13 @@ class TestExportImport:
         # The id is held now: a second import refuses rather than overwriting.
         again = tmp_path / "again.json"
         again.write_text(exported.stdout, encoding="utf-8")
-        assert "already" in in_process_error(capsys, "import", str(again), "--store", target)
+        refused = in_process_error(capsys, "import", str(again), "--store", target)
+        assert "already exists; pass --as NEW_ID" in refused
+        # An empty --as is refused, not dropped for the snapshot's own id.
+        with pytest.raises(SystemExit) as exited:
+            main(["import", str(again), "--as", "", "--store", target])
+        assert exited.value.code == 2
+        assert "--as: must be a non-empty id" in capsys.readouterr().err
 
     def test_export_to_a_file_and_import_as_a_new_id(
         self, cli: Cli, sqlite_db: tuple[str, Filled], tmp_path: Path

@@ -161,6 +161,14 @@ def _check_snapshot(where: str, snapshot: object, estimator: TokenEstimator) -> 
         raise CliError(f"{where}: {str(exc).splitlines()[0]}") from None
 
 
+def _new_id(text: str) -> str:
+    """An ``argparse`` type: the id ``import --as`` gives, never empty (an empty one would
+    be dropped and the snapshot's own id used)."""
+    if not text or "\x00" in text:
+        raise argparse.ArgumentTypeError(f"must be a non-empty id without NUL, got {text!r}")
+    return text
+
+
 def import_(args: argparse.Namespace, out: Output) -> int:
     """Loads snapshots written by ``export``, keeping their ids unless ``--as NEW_ID``."""
     snapshots = _load_snapshots(args.file)
@@ -175,7 +183,10 @@ def import_(args: argparse.Namespace, out: Output) -> int:
             try:
                 cid = manager.conversation.import_conversation(snapshot, conversation_id=args.as_id)
             except (ValueError, TypeError) as exc:
-                raise CliError(f"{args.file}: {str(exc).splitlines()[0]}") from None
+                message = str(exc).splitlines()[0]
+                # The library's advice names its own argument; here it is --as.
+                message = message.replace("pass conversation_id=", "pass --as NEW_ID")
+                raise CliError(f"{args.file}: {message}") from None
             imported.append(cid)
             advance(1)
     if out.as_json:
@@ -239,5 +250,7 @@ def register(
         ),
     )
     imported.add_argument("file", metavar="FILE", help="the snapshot ('-' reads standard input)")
-    imported.add_argument("--as", dest="as_id", metavar="NEW_ID", help="import under this id")
+    imported.add_argument(
+        "--as", dest="as_id", type=_new_id, metavar="NEW_ID", help="import under this id"
+    )
     imported.set_defaults(func=import_)
