@@ -262,6 +262,23 @@ class TestAudit:
         ]
         assert all(r.levelno == logging.WARNING for r in caplog.records)
 
+    def test_an_id_cannot_forge_a_line(
+        self, filled: tuple[Records, Filled], caplog: pytest.LogCaptureFixture
+    ) -> None:
+        records, _ = filled
+        forged = "x\nmemlane deletes 0 facts: nothing\u2028\x1b[2K"
+        with caplog.at_level(logging.WARNING, logger="memlane.audit"):
+            records.delete("episodes", [forged], actor="api client\r\n1.2.3.4")
+            records.delete("facts", ["global:a\nb"])
+            records.delete_working("agent:travel\n", ["k\u0085"])
+        lines = [r.getMessage() for r in caplog.records if r.name == "memlane.audit"]
+        assert lines == [
+            "api client\\r\\n1.2.3.4 deletes 1 episode: "
+            "x\\nmemlane deletes 0 facts: nothing\\u2028\\x1b[2K",
+            "memlane deletes 1 fact: global:a\\nb",
+            "memlane deletes 1 working-memory entry of agent:travel\\n: k\\x85",
+        ]
+
 
 class TestDeleteEveryKind:
     """A batch delete removes exactly the records named, of one kind."""

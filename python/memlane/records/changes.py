@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import unicodedata
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -68,6 +69,25 @@ def _who(actor: str | None) -> str:
     return actor or "memlane"
 
 
+def _one_line(value: object) -> object:
+    """``value`` with every control or line-separating character escaped (``\\n``,
+    ``\\x1b``, ``\\u2028``): ids come from callers, and one holding a line break must not
+    write a second, forged line into the audit trail."""
+    if not isinstance(value, str):
+        return value
+    return "".join(
+        ch.encode("unicode_escape").decode("ascii")
+        if unicodedata.category(ch)[0] == "C" or unicodedata.category(ch) in ("Zl", "Zp")
+        else ch
+        for ch in value
+    )
+
+
+def _audit(message: str, *args: object) -> None:
+    """One WARNING line on :data:`AUDIT`, each argument kept to that one line."""
+    AUDIT.warning(message, *(_one_line(arg) for arg in args))
+
+
 def _delete_many(store: MemoryStore, where: str, entry_ids: list[str]) -> list[str]:
     if not entry_ids:
         return []
@@ -94,7 +114,7 @@ def delete(
     if kind == "facts":
         for i in checked:
             parse_fact_id(i)
-    AUDIT.warning("%s deletes %s: %s", _who(actor), count(len(checked), kind), ", ".join(checked))
+    _audit("%s deletes %s: %s", _who(actor), count(len(checked), kind), ", ".join(checked))
     store = records.manager.store
     gone: set[str]
     if kind == "conversations":
@@ -136,7 +156,7 @@ def delete_working(
     """See :meth:`memlane.records.Records.delete_working`."""
     name = WORKING_PREFIX + check_identifier(scope, "scope")
     checked = list(dict.fromkeys(check_ids(list(keys))))
-    AUDIT.warning(
+    _audit(
         "%s deletes %s of %s: %s",
         _who(actor),
         count(len(checked), "working"),
@@ -225,7 +245,7 @@ def update_fact(
         raise ValueError("an edit of a fact needs a value or a confidence")
     where, old = _load_fact(records, record_id)
     changed = ["value"] * (value is not UNSET) + ["confidence"] * (confidence is not None)
-    AUDIT.warning("%s edits fact %s: %s", _who(actor), record_id, ", ".join(changed))
+    _audit("%s edits fact %s: %s", _who(actor), record_id, ", ".join(changed))
     long_term = records.long_term
     if value is not UNSET and not _same_json(value, old.value):
         # Through remember: the old value joins the history, the search text and a user's
@@ -286,7 +306,7 @@ def set_fact(
     """See :meth:`memlane.records.Records.set_fact`."""
     check_identifier(key, "key")
     value = check_json_value(value, "value")
-    AUDIT.warning("%s sets fact %s in scope %s %s", _who(actor), key, scope, scope_id or "")
+    _audit("%s sets fact %s in scope %s %s", _who(actor), key, scope, scope_id or "")
     result = records.long_term.remember(
         key,
         value,
@@ -317,11 +337,11 @@ def update_working(
     if store.load_by_key(name, key) is None:
         if not create:
             raise RecordNotFoundError(f"no working-memory entry {key!r} in scope {scope!r}")
-        AUDIT.warning("%s sets working-memory entry %s of %s", _who(actor), key, scope)
+        _audit("%s sets working-memory entry %s of %s", _who(actor), key, scope)
         working = WorkingMemory(store=store, scope_id=scope)
         working.set(key, value, importance=0.5 if importance is None else importance)
     else:
-        AUDIT.warning("%s edits working-memory entry %s of %s", _who(actor), key, scope)
+        _audit("%s edits working-memory entry %s of %s", _who(actor), key, scope)
         wanted = importance
 
         def change(content: Any) -> Any:
@@ -352,7 +372,7 @@ def update_user(
     user = people.follow(store, wanted)
     if user is None:
         raise UserNotFoundError(f"no user with id {wanted!r}")
-    AUDIT.warning("%s renames user %s", _who(actor), user.id)
+    _audit("%s renames user %s", _who(actor), user.id)
     name = display_name
 
     def change(content: Any) -> Any:
@@ -376,7 +396,7 @@ def forget_user(
         raise TypeError(f"dry_run must be bool, not {type(dry_run).__name__}")
     person = people.resolve_one(records.manager.store, user)
     if not dry_run:
-        AUDIT.warning(
+        _audit(
             "%s forgets user %s (%s) and every record of theirs",
             _who(actor),
             person.id,
