@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import logging
 import os
 import re
 import socket
@@ -204,6 +205,11 @@ class TestServe:
             served.append(server.config.app)
 
         monkeypatch.setattr(uvicorn.Server, "run", run)
+        for name in ("memlane.audit", "memlane.server"):
+            # serve adds a handler on this test's standard error; later tests must not log there.
+            logger = logging.getLogger(name)
+            monkeypatch.setattr(logger, "handlers", list(logger.handlers))
+            monkeypatch.setattr(logger, "level", logger.level)
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
             port = probe.getsockname()[1]
