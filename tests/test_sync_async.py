@@ -336,6 +336,11 @@ class TestOneLogic:
         self, tmp_path: Path, deterministic: Callable[[], None]
     ) -> None:
         sync_path, async_path = tmp_path / "sync.sqlite3", tmp_path / "async.sqlite3"
+        # Once per process, memlane builds pydantic-ai sample messages (whose default tool call
+        # ids come from uuid4): a throwaway run first, so both counted runs start past it
+        # whichever test ran before this one.
+        _sync_script(_manager(tmp_path / "warm-up.sqlite3"))
+        deterministic()
         sync_seen = _sync_script(_manager(sync_path))
         deterministic()
         async_seen = asyncio.run(_async_script(_manager(async_path)))
