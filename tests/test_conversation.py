@@ -289,6 +289,14 @@ class TestExportImport:
             mem.import_conversation({"conversation_id": "c", "turns": []})
         assert len(mem.get_turns("c")) == 1
 
+    @pytest.mark.parametrize("bad", ["", 0, 3.5])
+    def test_a_bad_conversation_id_is_refused_not_replaced(self, bad: object) -> None:
+        mem = ConversationMemory()
+        data = {"conversation_id": "c", "turns": [{"user_prompt": "q", "assistant_response": "a"}]}
+        with pytest.raises((ValueError, TypeError), match="conversation"):
+            mem.import_conversation(data, conversation_id=bad)  # type: ignore[arg-type]  # a caller's wrong type
+        assert mem.conversation_ids == []
+
     def test_export_unknown_names_it(self) -> None:
         with pytest.raises(KeyError) as info:
             ConversationMemory().export_conversation("ghost")

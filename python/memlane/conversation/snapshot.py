@@ -63,8 +63,14 @@ class ParsedSnapshot:
     """Pinned turns older than the summary (their ``turn_id`` below ``summarized_turns``)."""
 
     def target_id(self, conversation_id: str | None) -> str:
-        """The id to import under: the caller's, else the snapshot's, else a new one."""
-        return conversation_id or self.conversation_id or uuid.uuid4().hex
+        """The id to import under: the caller's, else the snapshot's, else a new one.
+
+        A caller's id is used whatever it is (``""`` included), so the id check refuses a bad
+        one instead of the snapshot's own id being used in its place.
+        """
+        if conversation_id is not None:
+            return conversation_id
+        return self.conversation_id or uuid.uuid4().hex
 
 
 def parse_snapshot(data: object, estimator: TokenEstimator) -> ParsedSnapshot:
