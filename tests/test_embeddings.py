@@ -196,6 +196,17 @@ class TestResolveEmbedder:
         assert embedder.model == name
         assert embedder_id(embedder) == name
 
+    def test_the_id_stays_the_name_once_pydantic_ai_makes_the_model(self) -> None:
+        embedder = resolve_embedder("gateway/openai:text-embedding-3-small")
+        assert isinstance(embedder, Embedder)
+        assert embedder_id(embedder) == "gateway/openai:text-embedding-3-small"
+        # What pydantic-ai's first embed does: the name is replaced by the model it makes,
+        # whose system:model_name spells it otherwise (the openai package is not installed
+        # here, so a test model stands in for OpenAIEmbeddingModel).
+        embedder._model = TestEmbeddingModel("text-embedding-3-small", provider_name="openai")
+        assert embedder_id(embedder) == "gateway/openai:text-embedding-3-small"
+        assert embedder_id(Embedder("openai:x")) == "openai:x"  # per embedder
+
     def test_a_model_or_an_embedder(self) -> None:
         model = TestEmbeddingModel("m", provider_name="p")
         from_model = resolve_embedder(model)

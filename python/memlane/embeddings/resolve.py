@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import weakref
 from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, get_args
 
@@ -132,12 +133,21 @@ def embedder_id(embedder: Embedder) -> str:
     """``"<system>:<model_name>"``: the model string a store keeps beside each vector.
 
     A name given as a string is its own id (``"openai:text-embedding-3-small"``), without
-    making the model.
+    making the model. An embedder keeps the first id it was given here: pydantic-ai replaces
+    the name by the model it makes on the first call, whose ``system:model_name`` may spell it
+    otherwise (``"gateway/openai:x"`` becomes ``"openai:x"``), and vectors written under a
+    second id would all be missing again for the first.
     """
+    known = _ids.get(embedder)
+    if known is not None:
+        return known
     model = embedder.model
-    if isinstance(model, str):
-        return model
-    return f"{model.system}:{model.model_name}"
+    made = model if isinstance(model, str) else f"{model.system}:{model.model_name}"
+    return _ids.setdefault(embedder, made)
+
+
+_ids: weakref.WeakKeyDictionary[Embedder, str] = weakref.WeakKeyDictionary()
+"""Each live embedder's id, as first given (``Embedder`` compares by identity)."""
 
 
 def is_local(embedder: Embedder) -> bool:
