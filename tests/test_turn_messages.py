@@ -43,7 +43,7 @@ from memlane.conversation import conversation_log as log_mod
 from memlane.conversation import conversation_state as state_mod
 from memlane.conversation.state import ConversationState, new_ledger
 from memlane.errors import UnstorableValueError
-from memlane.message_json import messages_json
+from memlane.message_json import messages_json, turn_text
 from memlane.stores import protocol, stored_values
 from memlane.types import new_turn, turn_json
 
@@ -98,6 +98,13 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
     adapter = types_mod._messages_adapter()
     monkeypatch.setattr(adapter, "dump_python", counting("json", adapter.dump_python))
     monkeypatch.setattr(types_mod, "messages_json", counting("json", messages_json))
+
+    def writing(*args: Any) -> Any:  # the writer, when it wrote (None sends on to the above)
+        written = turn_text(*args)
+        counts["json"] += written is not None
+        return written
+
+    monkeypatch.setattr(types_mod, "turn_text", writing)
     monkeypatch.setattr(
         state_mod, "freeze_messages", counting("freeze", messages_mod.freeze_messages)
     )

@@ -2,7 +2,8 @@
 
 This is the only module that imports ``memlane._core`` and the only one that branches on the
 implementation. Everything else constructs its hot pieces through :data:`active`
-(``_backend.active.BudgetLedger(...)``), so one switch (``MEMLANE_PURE_PYTHON=1``) flips the
+(``_backend.active.BudgetLedger(...)``) and calls its functions the same way
+(``_backend.active.write_turn(...)``), so one switch (``MEMLANE_PURE_PYTHON=1``) flips the
 whole package, and a test or a benchmark can select either implementation inside one process
 with :func:`use`.
 
@@ -15,12 +16,13 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Literal, cast
+from typing import Any, Literal, cast
 
 from memlane._pure import budget as _pure_budget
+from memlane._pure import message_json as _pure_message_json
 from memlane._pure import search as _pure_search
 from memlane._pure import store as _pure_store
 from memlane._pure import tokens as _pure_tokens
@@ -31,6 +33,12 @@ logger = logging.getLogger("memlane")
 _TRUTHY = {"1", "true", "yes", "on"}
 
 BackendName = Literal["rust", "python"]
+
+WriteTurn = Callable[
+    [object, dict[type, _pure_message_json.MessageClass], int, str, str, str, int],
+    tuple[list[Any], bytes, str] | None,
+]
+"""A turn's JSON writer: :func:`memlane._pure.message_json.write_turn` or its Rust twin."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +52,7 @@ class Implementation:
     SearchIndex: type[_pure_search.SearchIndex]
     SqliteTable: type[_pure_store.SqliteTable]
     VectorIndex: type[_pure_vector_index.VectorIndex]
+    write_turn: WriteTurn
 
 
 VectorIndexType = _pure_vector_index.VectorIndex
@@ -57,6 +66,7 @@ PYTHON = Implementation(
     SearchIndex=_pure_search.SearchIndex,
     SqliteTable=_pure_store.SqliteTable,
     VectorIndex=_pure_vector_index.VectorIndex,
+    write_turn=_pure_message_json.write_turn,
 )
 """The pure-Python twin: the readable reference."""
 
@@ -81,6 +91,7 @@ def _rust(module: ModuleType) -> Implementation:
         SearchIndex=cast("type[_pure_search.SearchIndex]", module.SearchIndex),
         SqliteTable=cast("type[_pure_store.SqliteTable]", module.SqliteTable),
         VectorIndex=cast("type[_pure_vector_index.VectorIndex]", module.VectorIndex),
+        write_turn=cast("WriteTurn", module.write_turn),
     )
 
 

@@ -12,6 +12,7 @@ __all__ = [
     "SearchIndex",
     "SqliteTable",
     "__version__",
+    "write_turn",
 ]
 
 __version__: str
@@ -561,3 +562,35 @@ class VectorIndex:
         dimensions; ties go to importance, then to the oldest vector.
         """
     def __len__(self) -> int: ...
+
+def write_turn(
+    messages: object,
+    known: dict[type, Any],
+    turn_id: int,
+    user_prompt: str,
+    assistant_response: str,
+    timestamp: str,
+    token_estimate: int,
+) -> tuple[list[Any], bytes, str] | None:
+    """A turn's JSON, written straight from its pydantic-ai messages (the twin is
+    ``memlane._pure.message_json.write_turn``).
+
+    Args:
+        messages: The turn's messages (a ``list``).
+        known: The classes checked against pydantic, each with its ``MessageClass``
+            (``memlane._pure.message_json``); only these are written.
+        turn_id: The turn's id.
+        user_prompt: The turn's prompt.
+        assistant_response: The turn's response.
+        timestamp: The turn's timestamp, already in its JSON form.
+        token_estimate: The turn's token estimate.
+
+    Returns:
+        ``(raw, messages, text)``: the messages' ``dump_python(mode="json")`` form, their JSON
+        text, and the turn's JSON text (``turn_json``'s object without metadata), each what
+        pydantic writes, byte for byte. ``None`` for anything the writer does not take for
+        certain (a class not in ``known``, an attribute the class does not declare, a subclass
+        of a builtin, a non-finite float, a lone surrogate, an offset with seconds, deep
+        nesting, any exception on the way): the caller then asks pydantic. The GIL is held
+        throughout: every step reads or makes Python objects.
+    """

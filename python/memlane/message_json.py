@@ -22,63 +22,24 @@ form; a test compares the two for every part kind.
 from __future__ import annotations
 
 import functools
-import math
 import threading
 import typing
-from collections.abc import Callable
-from datetime import datetime
-from operator import attrgetter
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
-from pydantic_core import PydanticSerializationError, to_json, to_jsonable_python
+from pydantic_core import PydanticSerializationError, to_json
+
+from memlane._pure.message_json import MessageClass, Unknown, dump, getter
 
 if TYPE_CHECKING:
     from pydantic import TypeAdapter
     from pydantic_ai.messages import ModelMessage
 
-__all__ = ["messages_json"]
+__all__ = ["messages_json", "turn_text"]
 
 
-class _Spec(NamedTuple):
-    """How the fast path writes one class: the fields pydantic writes, in its order, and a
-    getter of their values (class attributes too: a usage object keeps only the counts it was
-    given); the attributes an instance may have (any other is one pydantic-ai may serialize
-    too); a getter of the fields pydantic leaves out, and the values they must hold (it leaves
-    them out only then); a getter of the fields that must hold a scalar; the fields typed
-    ``float``, where pydantic writes an ``int`` as a float; a getter of the fields whose type
-    names a float elsewhere (``dict[str, float]``), which the fast path writes only when
-    ``None``."""
-
-    names: tuple[str, ...]
-    values: Callable[[Any], tuple[Any, ...]]
-    attributes: frozenset[str]
-    left_out: Callable[[Any], tuple[Any, ...]]
-    defaults: tuple[Any, ...]
-    scalars: Callable[[Any], tuple[Any, ...]]
-    checked: bool
-    floats: tuple[str, ...]
-    guarded: Callable[[Any], tuple[Any, ...]] | None
-
-
-def _getter(names: tuple[str, ...]) -> Callable[[Any], tuple[Any, ...]]:
-    """The values of ``names`` as a tuple, however many (``attrgetter`` of one returns it bare)."""
-    if not names:
-        return lambda _: ()
-    get = attrgetter(*names, names[0]) if len(names) == 1 else attrgetter(*names)
-    if len(names) == 1:
-        return lambda value: get(value)[:1]
-    return get
-
-
-class _Unknown(Exception):  # a signal inside messages_json, never raised out
-    """A value the fast path does not write the way pydantic does."""
-
-
-_SCALARS = frozenset({str, int, bool, type(None)})
-"""Values written as they are (exact types: a subclass, e.g. an enum, may serialize otherwise)."""
-
-_verified: dict[type, _Spec] = {}
-"""Classes whose fast form matched pydantic's the first time they were met."""
+_verified: dict[type, MessageClass] = {}
+"""Classes whose fast form matched pydantic's the first time they were met: the ones
+:func:`turn_text` writes."""
 _refused: set[type] = set()
 """Classes met whose fast form did not match: always serialized by pydantic."""
 _lock = threading.Lock()
@@ -92,7 +53,7 @@ def _adapter() -> TypeAdapter[list[ModelMessage]]:
 
 
 @functools.cache
-def _candidates() -> dict[type, _Spec]:
+def _candidates() -> dict[type, MessageClass]:
     """The classes the fast path may write, with their specs, made from pydantic's own dump of
     an instance built with the defaults (its keys are the fields pydantic writes, in order)."""
     import dataclasses
@@ -121,7 +82,7 @@ def _candidates() -> dict[type, _Spec]:
         (ToolReturnPart(tool_name="", content=""), ("content",)),
         (RequestUsage(), ()),
     ]
-    specs: dict[type, _Spec] = {}
+    specs: dict[type, MessageClass] = {}
     for sample, scalars in samples:
         cls = type(sample)
         dumped = TypeAdapter(cls).dump_python(sample, mode="json")
@@ -138,78 +99,38 @@ def _candidates() -> dict[type, _Spec]:
         )
         names = tuple(dumped)
         left_out = tuple(sorted(declared - set(names)))
-        specs[cls] = _Spec(
+        specs[cls] = MessageClass(
             names,
-            _getter(names),
             frozenset(declared | set(vars(sample))),
-            _getter(left_out),
-            _getter(left_out)(sample),
-            _getter(scalars),
-            bool(scalars),
+            left_out,
+            getter(left_out)(sample),
+            scalars,
             floats,
-            _getter(guarded) if guarded else None,
+            guarded,
+            getter(names),
+            getter(left_out),
+            getter(scalars),
+            getter(guarded),
         )
     return specs
-
-
-def _dump(value: Any, pending: list[type]) -> Any:
-    """``value`` in JSON form; :class:`_Unknown` for anything the fast path leaves to pydantic.
-    Classes met for the first time are added to ``pending``."""
-    cls = type(value)
-    if cls is list:
-        return [item if type(item) in _SCALARS else _dump(item, pending) for item in value]
-    if cls is datetime:
-        return to_jsonable_python(value)
-    if cls is dict:
-        if not all(type(key) is str for key in value):
-            raise _Unknown
-        return {
-            key: item if type(item) in _SCALARS else _dump(item, pending)
-            for key, item in value.items()
-        }
-    if cls is float:
-        if not math.isfinite(value):
-            raise _Unknown
-        return value
-    spec = _verified.get(cls)
-    if spec is None:
-        spec = _candidates().get(cls)
-        if spec is None or cls in _refused:
-            raise _Unknown
-        pending.append(cls)
-    values = value.__dict__
-    if not values.keys() <= spec.attributes:
-        raise _Unknown
-    if spec.defaults and spec.left_out(value) != spec.defaults:
-        raise _Unknown
-    if spec.checked and not _SCALARS.issuperset(map(type, spec.scalars(value))):
-        raise _Unknown
-    names = spec.names
-    if len(values) != len(names):  # fields kept by the class, or attributes pydantic skips
-        values = dict(zip(names, spec.values(value), strict=True))
-    if spec.guarded is not None and spec.guarded(value) != (None,) * len(spec.guarded(value)):
-        raise _Unknown
-    out = {}
-    for name in names:
-        item = values[name]
-        out[name] = item if type(item) in _SCALARS else _dump(item, pending)
-    for name in spec.floats:
-        item = out[name]
-        if type(item) is bool:
-            raise _Unknown
-        if type(item) is int:
-            out[name] = float(item)
-    return out
 
 
 def messages_json(messages: list[ModelMessage]) -> list[Any]:
     """``ModelMessagesTypeAdapter.dump_python(messages, mode="json")``, built directly for the
     message kinds memlane knows (see the module's docstring); pydantic's result otherwise."""
     pending: list[type] = []
+
+    def meet(cls: type) -> MessageClass:  # a class met for the first time
+        spec = _candidates().get(cls)
+        if spec is None or cls in _refused:
+            raise Unknown
+        pending.append(cls)
+        return spec
+
     try:
-        dumped: list[Any] = _dump(messages, pending)
+        dumped: list[Any] = dump(messages, _verified, meet)
     # KeyError: a field neither set nor inherited; OverflowError: an int no float holds
-    except (_Unknown, RecursionError, KeyError, OverflowError):
+    except (Unknown, RecursionError, KeyError, OverflowError):
         return _slow(messages)
     if pending:
         return _verify(messages, dumped, pending)
@@ -237,3 +158,26 @@ def _verify(messages: list[ModelMessage], dumped: list[Any], pending: list[type]
             else:
                 _refused.add(cls)
     return expected
+
+
+def turn_text(
+    messages: Any,
+    turn_id: int,
+    user_prompt: str,
+    assistant_response: str,
+    timestamp: str,
+    token_estimate: int,
+) -> tuple[list[Any], bytes, str] | None:
+    """``(raw, messages, text)`` of a turn without metadata: its messages' JSON form (what
+    :func:`messages_json` returns), their JSON text, and the turn's JSON text, written by the
+    active implementation (the Rust writer, or its twin
+    :func:`memlane._pure.message_json.write_turn`) for the classes checked already.
+
+    ``None`` where pydantic must decide: a class met for the first time (which
+    :func:`messages_json` checks), or any value the writer does not take for certain.
+    """
+    from memlane import _backend  # here: the selector's twins import memlane.types, then this
+
+    return _backend.active.write_turn(
+        messages, _verified, turn_id, user_prompt, assistant_response, timestamp, token_estimate
+    )

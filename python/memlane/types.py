@@ -32,7 +32,7 @@ from pydantic_core import (
     to_jsonable_python,
 )
 
-from memlane.message_json import messages_json
+from memlane.message_json import messages_json, turn_text
 
 if TYPE_CHECKING:
     from pydantic_ai.messages import ModelMessage
@@ -367,11 +367,37 @@ def turn_json(turn: ConversationTurn) -> dict[str, Any]:
     order included.
     Without metadata (whose values the caller gave) the result is a :class:`TurnJson`: its
     text is made here, the messages' JSON spliced into it, so a store does not encode the
-    messages a second time when the conversation keeps their JSON.
+    messages a second time when the conversation keeps their JSON. Once the turn's message
+    classes are checked, the object, the messages' text and the turn's text are written in
+    one walk by :func:`~memlane.message_json.turn_text` (in Rust where the extension is
+    active); anything it does not take for certain takes the path below, which asks pydantic.
     """
     messages = turn.raw_messages  # those of a turn given as strings are built now
     values = turn.__dict__
     metadata = values["metadata"]
+    if not metadata:
+        timestamp = to_jsonable_python(values["timestamp"])
+        written = turn_text(
+            messages,
+            values["turn_id"],
+            values["user_prompt"],
+            values["assistant_response"],
+            timestamp,
+            values["token_estimate"],
+        )
+        if written is not None:  # the usual turn: its classes checked, its values plain
+            made = TurnJson(
+                turn_id=values["turn_id"],
+                user_prompt=values["user_prompt"],
+                assistant_response=values["assistant_response"],
+                raw_messages=written[0],
+                timestamp=timestamp,
+                token_estimate=values["token_estimate"],
+                metadata={},
+            )
+            made.messages = written[1]
+            made.text = written[2]
+            return made
     raw = [] if type(messages) is list and not messages else messages_json(messages)
     if metadata:
         return {  # the object is built once, not from a dict copied into it

@@ -13,6 +13,7 @@ use pyo3::prelude::*;
 mod budget;
 mod entries;
 mod memory_table;
+mod message_json;
 mod search_index;
 mod sqlite_table;
 mod tokens;
@@ -39,5 +40,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<search_index::SearchIndex>()?;
     m.add_class::<sqlite_table::SqliteTable>()?;
     m.add_class::<vector_index::VectorIndex>()?;
+    m.add_function(wrap_pyfunction!(message_json::write_turn, m)?)?;
     Ok(())
 }
