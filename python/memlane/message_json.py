@@ -6,7 +6,9 @@ its time in Python callbacks of pydantic-ai's (the usage's wrap serializer, the 
 discriminators): ~22 us for a request and a response with usage, the largest piece of a SQLite
 turn's Python. The messages a run returns are a few dataclasses whose fields hold strings,
 numbers, datetimes and plain dicts; for those the JSON form is each field's value in field
-order, which :func:`messages_json` builds directly (~11 us).
+order, which :func:`messages_json` builds directly (~11 us). Once a turn's classes are checked,
+:func:`turn_text` writes the form, its text and the turn's text in one walk, in Rust where the
+extension is active (``write_turn``; its twin is :mod:`memlane._pure.message_json`).
 
 Anything else goes to pydantic's serializer: a class :func:`_candidates` does not list (file
 and media content, native tools, retry feedback, deltas), an instance with attributes its class
