@@ -30,6 +30,7 @@ from memlane.embeddings.local import LocalEmbeddingModel
 from memlane.longterm import LongTermMemory
 from memlane.strategies import KnowledgeBases, SummarizerStrategy
 from memlane.types import ConversationTurn
+from zero_vector_model import BlankBlind
 
 LOCAL = "wordllama:l2_supercat"
 
@@ -166,17 +167,6 @@ class TestProgress:
             store.missing_vectors([knowledge_namespace("kb")], embedder_id(local), limit=10) == []
         )
         store.close()
-
-
-class BlankBlind(LocalEmbeddingModel):
-    """The local model, giving texts that hold "blank" no direction (the zero vector)."""
-
-    def encode(self, texts: Any) -> Any:
-        rows = super().encode(texts)
-        for i, text in enumerate(texts):
-            if "blank" in text:
-                rows[i] = 0.0
-        return rows
 
 
 class TestRecordsWithoutADirection:

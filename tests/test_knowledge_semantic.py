@@ -29,7 +29,6 @@ from memlane.conversation.knowledge import (
     knowledge_plan,
 )
 from memlane.embeddings import embedder_id, resolve_embedder
-from memlane.embeddings.local import LocalEmbeddingModel
 from memlane.strategies import KnowledgeBases, SummarizerStrategy
 from store_kinds import Made, open_store
 from test_database_stores import initialized
@@ -39,6 +38,7 @@ from test_database_vectors import (  # pgvector_server: the fixture, found by it
     first_vector_call,
     pgvector_server,  # noqa: F401
 )
+from zero_vector_model import BlankBlind
 
 LOCAL_VECTOR_STORES = ["memory", "file", "sqlite"]
 
@@ -158,17 +158,6 @@ class TestEmbeddedOnceOnRead:
         model = embedder_id(blind)
         assert run_sync(catch_up_plan(made.store, blind, model, where), made.store) == 1
         assert len(run_sync(MissingVectors([where], model, limit=2000), made.store)) == 1000
-
-
-class BlankBlind(LocalEmbeddingModel):
-    """The local model, giving texts that hold "blank" no direction (the zero vector)."""
-
-    def encode(self, texts: Any) -> Any:
-        rows = super().encode(texts)
-        for i, text in enumerate(texts):
-            if "blank" in text:
-                rows[i] = 0.0
-        return rows
 
 
 @pytest.fixture(params=VECTOR_KINDS)
